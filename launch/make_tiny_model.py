@@ -1,0 +1,102 @@
+"""Make a tiny dummy-weight model directory that vLLM serves with ``--load-format dummy``.
+
+No model hub is reachable from CI or from a laptop behind a proxy, so the suite builds its own:
+a Llama-shaped ``config.json`` and a byte-level BPE tokenizer trained here on seeded pseudo-words,
+with a chat template. The same seed gives the same vocabulary on every machine.
+
+Usage: python launch/make_tiny_model.py OUT_DIR [--vocab-size 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+
+
+def pseudo_corpus(seed: int, lines: int = 4000) -> list[str]:
+    """Seeded lines of syllable words: a corpus that is identical on every machine."""
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"]
+    words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 3))) for _ in range(3000)]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 20))) for _ in range(lines)]
+
+
+def train_tokenizer(vocab_size: int, seed: int) -> Tokenizer:
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+    )
+    # No byte alphabet beyond what the corpus uses: random dummy weights then sample only tokens
+    # that decode to whole ASCII text, so nearly every token arrives as its own content chunk.
+    tok.train_from_iterator(pseudo_corpus(seed), trainer=trainer)
+    return tok
+
+
+def model_config(vocab_size: int, max_len: int) -> dict:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "max_position_embeddings": max_len,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "vocab_size": vocab_size,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+    }
+
+
+def write_model(out: Path, vocab_size: int = 4096, max_len: int = 4096, seed: int = 0) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    tok = train_tokenizer(vocab_size, seed)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "</s>",
+        "model_max_length": max_len,
+        "chat_template": CHAT_TEMPLATE,
+    }, indent=2))
+    (out / "config.json").write_text(json.dumps(model_config(tok.get_vocab_size(), max_len), indent=2))
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--vocab-size", type=int, default=4096)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(write_model(args.out_dir, args.vocab_size, args.max_model_len, args.seed))
+
+
+if __name__ == "__main__":
+    main()

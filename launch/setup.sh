@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One-time setup, idempotent: the load generator's venv (.venv), the CPU vLLM server's venv
+# (.venv-vllm) and the tiny dummy-weight model (models/tiny). Safe to rerun; skips what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c 'import locust, pandas, openai' 2>/dev/null; then
+  echo "setup: installing the load generator into .venv"
+  "$PY" -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+fi
+
+if [[ -z "${VLLM_PYTHON:-}" ]]; then
+  bash launch/install_server.sh cpu .venv-vllm
+fi
+
+if [[ ! -f models/tiny/config.json ]]; then
+  .venv/bin/python launch/make_tiny_model.py models/tiny >/dev/null
+  echo "setup: made models/tiny"
+fi

@@ -1,0 +1,199 @@
+"""An OpenAI-compatible streaming server with exact, known timing, for tests and benchmarks.
+
+Plays a fixed script: a role-only chunk at once, the first content chunk ``ttft_ms`` after the
+request arrived, then one content chunk every ``itl_ms``; the last carries ``finish_reason``, then
+a usage chunk and ``[DONE]``, as vLLM does. It records the ``perf_counter`` instant of every chunk
+it sends (``GET /_log``): ``perf_counter`` is one system-wide monotonic clock on Linux, so a client
+in another process can be compared with it directly.
+
+``POST /_config`` changes the script at run time (``ttft_ms``, ``itl_ms``, ``tokens``, ``mode``).
+Modes: ``ok``, ``malformed`` (a non-JSON chunk after two tokens), ``nofinish`` (stream ends after
+two tokens without a finish reason), ``die`` (connection closed after two tokens), ``error``
+(an in-stream error event after two tokens, as vLLM sends when its engine dies).
+
+Run: ``python tests/fakeserver.py --port 0`` prints ``PORT <n>`` once listening (127.0.0.1 only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
+          "template_tokens": 2}
+LOG: list[dict] = []
+LOG_LOCK = threading.Lock()
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+def tokenize_count(body: dict) -> int:
+    """Word-count "tokenizer"; chat adds ``template_tokens`` per message plus one for the reply."""
+    if "messages" in body:
+        per = int(CONFIG["template_tokens"])
+        n = sum(count_words(m.get("content", "")) + per for m in body["messages"])
+        return n + (1 if body.get("add_generation_prompt") else 0)
+    return count_words(body.get("prompt", ""))
+
+
+def sleep_until(t: float) -> None:
+    delay = t - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small writes go out at once, as uvicorn sends them
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def parse_request(self):
+        # Stamped as soon as the request line is in: the truth starts when the request arrives.
+        self.arrived = time.perf_counter()
+        return super().parse_request()
+
+    def _json(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def do_GET(self):
+        if self.path.rstrip("/") == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": CONFIG["model"], "object": "model"}]})
+        elif self.path == "/_log":
+            with LOG_LOCK:
+                self._json(200, {"requests": list(LOG)})
+        elif self.path == "/health":
+            self._json(200, {})
+        elif self.path == "/metrics":
+            data = b"# HELP vllm:num_requests_running running\n# TYPE vllm:num_requests_running gauge\n" \
+                   b'vllm:num_requests_running{model_name="fake-model"} 0.0\n'
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        else:
+            self._json(404, {"error": {"message": f"no route {self.path}", "type": "NotFoundError", "code": 404}})
+
+    def do_POST(self):
+        recv = self.arrived
+        body = self._body()
+        if self.path == "/_config":
+            CONFIG.update(body)
+            with LOG_LOCK:
+                LOG.clear()
+            return self._json(200, CONFIG)
+        if self.path == "/tokenize":
+            return self._json(200, {"count": tokenize_count(body), "tokens": [0] * tokenize_count(body)})
+        if self.path not in ("/v1/chat/completions", "/v1/completions"):
+            return self._json(404, {"error": {"message": f"no route {self.path}", "code": 404}})
+        if body.get("model") != CONFIG["model"]:
+            return self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                              "type": "NotFoundError", "param": "model", "code": 404}})
+        self.stream(body, recv, chat=self.path.endswith("chat/completions"))
+
+    def _chunk(self, payload) -> float:
+        data = payload if isinstance(payload, bytes) else f"data: {json.dumps(payload)}\n\n".encode()
+        frame = f"{len(data):x}\r\n".encode() + data + b"\r\n"
+        sent = time.perf_counter()  # the instant the bytes are handed to the socket
+        self.wfile.write(frame)
+        return sent
+
+    def stream(self, body: dict, recv: float, chat: bool) -> None:
+        cfg = dict(CONFIG)
+        tokens = int(body.get("max_tokens") or cfg["tokens"])
+        prompt_tokens = tokenize_count({k: v for k, v in body.items() if k in ("messages", "prompt")} | {"add_generation_prompt": True})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def choice(text, finish=None):
+            if chat:
+                return {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+            return {"index": 0, "text": text, "finish_reason": finish}
+
+        record = {"recv": recv, "sends": [], "role": None}
+        if chat:
+            record["role"] = self._chunk({"id": "c", "object": kind, "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        try:
+            for i in range(tokens):
+                sleep_until(recv + (cfg["ttft_ms"] + i * cfg["itl_ms"]) / 1000.0)
+                if i == 2 and cfg["mode"] == "malformed":
+                    self._chunk(b"data: {not json\n\n")
+                    break
+                if i == 2 and cfg["mode"] == "nofinish":
+                    break
+                if i == 2 and cfg["mode"] == "die":
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                    self.close_connection = True
+                    return
+                if i == 2 and cfg["mode"] == "error":
+                    self._chunk({"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", "code": 500}})
+                    break
+                finish = "length" if i == tokens - 1 else None
+                record["sends"].append(self._chunk({"id": "c", "object": kind, "choices": [choice(f" t{i}", finish)]}))
+            else:
+                self._chunk({"id": "c", "object": kind, "choices": [], "usage": {
+                    "prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens}})
+            self._chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        finally:
+            with LOG_LOCK:
+                LOG.append(record)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+
+    def handle_error(self, request, client_address):
+        # Clients hang up mid-stream when a load test stops; that is not the server's error.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
+
+def serve(port: int = 0, **config) -> Server:
+    CONFIG.update(config)
+    server = Server(("127.0.0.1", port), Handler)
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="exact-timing OpenAI-compatible streaming server")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--ttft-ms", type=float, default=150.0)
+    parser.add_argument("--itl-ms", type=float, default=15.0)
+    parser.add_argument("--model", default="fake-model")
+    args = parser.parse_args()
+    server = serve(args.port, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, model=args.model)
+    print(f"PORT {server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.05)
+    except KeyboardInterrupt:
+        pass
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

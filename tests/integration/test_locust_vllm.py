@@ -1,0 +1,96 @@
+"""Real Locust against real vLLM (CPU build): the suite's events, files and distributed totals."""
+
+from __future__ import annotations
+
+import glob
+import re
+
+import pandas as pd
+import pytest
+
+from .conftest import run_locust
+
+pytestmark = pytest.mark.integration
+LOAD = ["--prompt-tokens", "128", "--max-tokens", "24", "--prompt-pool", "16"]
+
+
+def read_all(pattern: str) -> pd.DataFrame:
+    files = glob.glob(pattern)
+    assert files, f"no files match {pattern}"
+    return pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+
+
+def summary_count(proc, name: str, request_type: str = "chat") -> int:
+    """Request count of ``name`` in Locust's final summary table (printed at exit, complete;
+    ``--csv``'s stats file is rewritten once a second and can miss the last second)."""
+    match = re.search(rf"^{request_type}\s+{name}\s+(\d+)\s", proc.stderr + proc.stdout, re.M)
+    assert match, f"no {name} row in Locust's summary:\n{proc.stderr[-2000:]}"
+    return int(match.group(1))
+
+
+def stats_row(out, name: str) -> pd.Series:
+    stats = pd.read_csv(out / "locust_stats.csv")
+    rows = stats[stats["Name"] == name]
+    assert len(rows) == 1, f"no {name} row in locust_stats.csv: {list(stats['Name'])}"
+    return rows.iloc[0]
+
+
+def test_headless_run_reports_ttft_itl_and_raw_samples(vllm_server, tmp_path):
+    out = tmp_path / "single"
+    proc = run_locust(vllm_server.url, out, "-u", "3", "-r", "3", "-t", "15s", *LOAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    requests = read_all(str(out / "requests-*.csv"))
+    samples = read_all(str(out / "samples-*.csv"))
+    ok = requests[requests["error"].isna()]
+    assert len(ok) >= 3, f"too few successful requests: {len(ok)}"
+    assert (ok["prompt_tokens"] == 128).all(), "prompts are exactly --prompt-tokens by the server's own count"
+    assert (ok["completion_tokens"] == 24).all(), "max_tokens with ignore_eos fixes the output length"
+    itl_per_request = samples[samples["metric"] == "ITL"].groupby("request_id").size()
+    chunks = ok.set_index("request_id")["content_chunks"]
+    assert (itl_per_request.reindex(chunks.index).fillna(0) == chunks - 1).all(), "one ITL per gap between content chunks"
+    assert (chunks <= ok.set_index("request_id")["completion_tokens"]).all(), "never more chunks than tokens"
+    assert chunks.mean() >= 0.9 * 24, "nearly every tiny-model token is its own content chunk"
+    for name in ("TTFT", "ITL", "TPOT", "E2E"):
+        row = stats_row(out, name)
+        assert row["Request Count"] > 0, f"{name} has no samples in Locust's stats"
+    assert summary_count(proc, "TTFT") == len(ok), "one TTFT per successful request"
+    assert summary_count(proc, "ITL") == (samples["metric"] == "ITL").sum(), "Locust's ITL count = raw ITL rows"
+
+
+def test_processes_2_gives_the_same_totals_as_the_files(vllm_server, tmp_path):
+    out = tmp_path / "processes"
+    proc = run_locust(vllm_server.url, out, "--processes", "2", "-u", "4", "-r", "4", "-t", "15s", *LOAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    requests = read_all(str(out / "requests-*.csv"))
+    samples = read_all(str(out / "samples-*.csv"))
+    assert requests["worker_id"].nunique() == 2, "each worker process writes its own files"
+    assert requests["run_id"].nunique() == 1, "the master's run id reaches every worker"
+    assert len(glob.glob(str(out / "requests-*.csv"))) == 2
+    assert (requests["model"] == "tiny").all(), "the master resolved the model from /v1/models for the workers"
+    ok = requests[requests["error"].isna()]
+    assert summary_count(proc, "E2E") == len(requests), "master's E2E total = request rows of both workers"
+    assert summary_count(proc, "ITL") == (samples["metric"] == "ITL").sum(), "ITL total over workers"
+    assert summary_count(proc, "TTFT") == len(ok)
+
+
+def test_concurrency_steps_label_and_discard_warmup(vllm_server, tmp_path):
+    out = tmp_path / "steps"
+    proc = run_locust(vllm_server.url, out, "--steps", "1,3", "--step-warmup", "3", "--step-duration", "6", *LOAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    samples = read_all(str(out / "samples-*.csv"))
+    assert set(samples["concurrency"].dropna().astype(int)) == {1, 3}, "samples carry their step's concurrency"
+    assert set(samples["phase"]) == {"warmup", "measured"}
+    measured_itl = ((samples["metric"] == "ITL") & (samples["phase"] == "measured")).sum()
+    assert summary_count(proc, "ITL") == measured_itl, "warm-up samples never reach Locust's stats"
+
+
+def test_wrong_model_fails_fast_with_one_line(vllm_server, tmp_path):
+    proc = run_locust(vllm_server.url, tmp_path / "bad", "-u", "1", "-t", "10s", "--model", "no-such-model", *LOAD)
+    assert proc.returncode != 0
+    assert "model 'no-such-model' is not served" in proc.stderr and "it serves: tiny" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_unreachable_server_fails_fast(tmp_path):
+    proc = run_locust("http://127.0.0.1:9", tmp_path / "down", "-u", "1", "-t", "10s", *LOAD, timeout=60)
+    assert proc.returncode != 0 and "cannot reach http://127.0.0.1:9/v1/models" in proc.stderr, proc.stderr[-2000:]

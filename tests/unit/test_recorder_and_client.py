@@ -1,0 +1,48 @@
+import csv
+
+import httpx2
+import openai
+
+from vllm_locust.client import api_base, describe_error, server_message
+from vllm_locust.recorder import REQUEST_COLUMNS, SAMPLE_COLUMNS, SampleRecorder
+from vllm_locust.stream import StreamError
+
+
+def test_recorder_flushes_each_request_and_appends(tmp_path):
+    rec = SampleRecorder(tmp_path, "host-1/2")
+    rec.sample({"run_id": "r", "metric": "TTFT", "value_ms": 1.5})
+    rec.request({"run_id": "r", "request_id": "q1"})
+    samples, requests = rec.paths("r")
+    assert samples.name == "samples-r-host-1_2.csv", "worker ids are made safe for file names"
+    rows = list(csv.DictReader(open(samples)))
+    assert rows[0]["metric"] == "TTFT" and tuple(rows[0]) == SAMPLE_COLUMNS, "readable before close: flushed"
+    assert tuple(next(csv.DictReader(open(requests)))) == REQUEST_COLUMNS
+    rec.close()
+    again = SampleRecorder(tmp_path, "host-1/2")
+    again.request({"run_id": "r", "request_id": "q2"})
+    again.close()
+    assert [r["request_id"] for r in csv.DictReader(open(requests))] == ["q1", "q2"], "no second header, no overwrite"
+
+
+def test_no_directory_records_nothing(tmp_path):
+    rec = SampleRecorder(None, "w")
+    rec.sample({"run_id": "r"})
+    rec.request({"run_id": "r"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_error_messages():
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    status = openai.NotFoundError("x", response=httpx2.Response(404, request=request),
+                                  body={"message": "The model `m` does not exist.", "code": 404})
+    assert describe_error(status) == "HTTP 404: The model `m` does not exist."
+    assert describe_error(openai.APITimeoutError(request=request), 5) == "timeout: no bytes for 5 s (--read-timeout)"
+    assert describe_error(StreamError("stream ended")) == "stream ended"
+    assert describe_error(ValueError("bad\nthing")) == "malformed chunk: ValueError: bad"
+    assert server_message({"error": {"message": "boom"}}) == "boom"
+    assert server_message({"object": "error", "message": "old style"}) == "old style"
+
+
+def test_api_base():
+    assert api_base("http://127.0.0.1:8000") == "http://127.0.0.1:8000/v1"
+    assert api_base("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/v1"

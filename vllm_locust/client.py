@@ -1,0 +1,102 @@
+"""Talk to the server: the ``openai`` client, model discovery, and one-line failure messages."""
+
+from __future__ import annotations
+
+import httpx2
+import openai
+import requests
+
+from .stream import StreamError
+from .wire import WireClock
+
+
+class RequestFailure(Exception):
+    """A failed request, as Locust shows it: one specific line."""
+
+
+class ServerCheckError(Exception):
+    """The server can't be used for this run (unreachable, no such model, ...)."""
+
+
+def api_base(host: str) -> str:
+    """``http://h:p`` or ``http://h:p/v1`` -> ``http://h:p/v1``."""
+    host = (host or "").rstrip("/")
+    return host if host.endswith("/v1") else host + "/v1"
+
+
+def make_client(host: str, api_key: str, connect_timeout_s: float, read_timeout_s: float,
+                wire: WireClock | None = None) -> openai.OpenAI:
+    """Synchronous client (cooperative under gevent), no retries: a retry would hide a failure.
+
+    ``wire`` gets httpx's hooks, so it knows when bytes really leave and arrive (see ``wire.py``).
+    """
+    timeout = httpx2.Timeout(read_timeout_s, connect=connect_timeout_s)
+    hooks = wire.event_hooks() if wire is not None else {}
+    return openai.OpenAI(
+        base_url=api_base(host),
+        api_key=api_key or "EMPTY",
+        max_retries=0,
+        timeout=timeout,
+        http_client=openai.DefaultHttpxClient(timeout=timeout, event_hooks=hooks),
+    )
+
+
+def server_message(body) -> str:
+    """The server's own error text from an OpenAI-style (or vLLM's older) error body."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(inner, str):
+            return inner
+        if body.get("message"):
+            return str(body["message"])
+    return str(body) if body else ""
+
+
+def describe_error(err: BaseException, read_timeout_s: float | None = None) -> str:
+    """One line that says what went wrong with a request."""
+    if isinstance(err, StreamError):
+        return str(err)
+    if isinstance(err, openai.APIStatusError):
+        return f"HTTP {err.status_code}: {server_message(err.body) or err.message}"
+    if isinstance(err, openai.APITimeoutError):
+        return f"timeout: no bytes for {read_timeout_s:g} s (--read-timeout)" if read_timeout_s else "timeout"
+    if isinstance(err, openai.APIConnectionError):
+        cause = err.__cause__ or err.__context__
+        return f"connection failed: {type(cause).__name__ if cause else 'error'}: {cause or err}".splitlines()[0]
+    if isinstance(err, openai.APIError):
+        return f"server error in stream: {server_message(err.body) or err.message}"
+    return f"malformed chunk: {type(err).__name__}: {err}".splitlines()[0]
+
+
+def served_models(host: str, api_key: str = "", timeout_s: float = 10.0) -> list[str]:
+    """Ids from ``GET /v1/models``; raises ``ServerCheckError`` with a one-line reason."""
+    url = api_base(host) + "/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = requests.get(url, headers=headers, timeout=timeout_s)
+    except requests.RequestException as err:
+        raise ServerCheckError(f"cannot reach {url}: {type(err).__name__}") from None
+    if response.status_code != 200:
+        try:
+            text = server_message(response.json())
+        except ValueError:
+            text = response.text[:200]
+        raise ServerCheckError(f"GET {url} returned HTTP {response.status_code}: {text}")
+    try:
+        return [m["id"] for m in response.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise ServerCheckError(f"GET {url} did not return an OpenAI model list") from None
+
+
+def resolve_model(host: str, requested: str, api_key: str = "") -> str:
+    """The requested model if the server serves it, else the first it lists when none was requested."""
+    models = served_models(host, api_key)
+    if requested:
+        if requested not in models:
+            raise ServerCheckError(f"model {requested!r} is not served by {host}; it serves: {', '.join(models) or 'nothing'}")
+        return requested
+    if not models:
+        raise ServerCheckError(f"{api_base(host)}/models lists no models; pass --model")
+    return models[0]

@@ -1,0 +1,119 @@
+"""Every option of the suite, registered through ``events.init_command_line_parser``.
+
+Registered this way they show in ``locust --help``, in the web UI's start form, read ``LOCUST_*``
+environment variables and config files, and travel from master to workers with each spawn.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .workloads import WORKLOADS, WorkloadSpec
+
+DEFAULT_CACHE_DIR = str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm_locust")
+
+OPTIONS = [
+    # (flag, kwargs)
+    ("--model", dict(default="", env_var="LOCUST_MODEL",
+                     help="Served model name; empty: the first id from GET /v1/models")),
+    ("--endpoint", dict(default="chat", choices=["chat", "completions"], env_var="LOCUST_ENDPOINT",
+                        help="Stream /v1/chat/completions or /v1/completions")),
+    ("--api-key", dict(default="", env_var="OPENAI_API_KEY", is_secret=True,
+                       help="Bearer token for the server (env OPENAI_API_KEY)")),
+    ("--connect-timeout", dict(type=float, default=10.0, env_var="LOCUST_CONNECT_TIMEOUT",
+                               help="Seconds to open a connection before the request fails")),
+    ("--read-timeout", dict(type=float, default=600.0, env_var="LOCUST_READ_TIMEOUT",
+                            help="Seconds to wait for the next bytes of a stream before it fails")),
+    ("--workload", dict(default="fixed", choices=list(WORKLOADS), env_var="LOCUST_WORKLOAD",
+                        help="fixed: one prompt length; mixed: short and long prompts; "
+                             "shared-prefix: one system prompt before every request")),
+    ("--prompt-tokens", dict(type=int, default=512, env_var="LOCUST_PROMPT_TOKENS",
+                             help="Exact prompt length in tokens (short prompts in mixed; the unique part in shared-prefix)")),
+    ("--max-tokens", dict(type=int, default=128, env_var="LOCUST_MAX_TOKENS",
+                          help="Output tokens per request (max_tokens, with ignore_eos)")),
+    ("--long-prompt-tokens", dict(type=int, default=2048, env_var="LOCUST_LONG_PROMPT_TOKENS",
+                                  help="mixed: length of the long prompts")),
+    ("--long-fraction", dict(type=float, default=0.1, env_var="LOCUST_LONG_FRACTION",
+                             help="mixed: share of long prompts, 0..1")),
+    ("--prefix-tokens", dict(type=int, default=256, env_var="LOCUST_PREFIX_TOKENS",
+                             help="shared-prefix: tokens of the shared system prompt")),
+    ("--prompt-pool", dict(type=int, default=256, env_var="LOCUST_PROMPT_POOL",
+                           help="Distinct prompts in the workload, cycled in a fixed order")),
+    ("--seed", dict(type=int, default=0, env_var="LOCUST_SEED", help="Seed of the workload's prompts")),
+    ("--no-ignore-eos", dict(action="store_true", default=False, env_var="LOCUST_NO_IGNORE_EOS",
+                             help="Do not send vLLM's ignore_eos: outputs may end before --max-tokens")),
+    ("--tokenizer", dict(default="", env_var="LOCUST_TOKENIZER",
+                         help="Local tokenizer.json (or its dir) for servers without /tokenize")),
+    ("--prompt-cache-dir", dict(default=DEFAULT_CACHE_DIR, env_var="LOCUST_PROMPT_CACHE_DIR",
+                                help="Where built prompts are cached; empty: no cache")),
+    ("--samples-dir", dict(default="samples", env_var="LOCUST_SAMPLES_DIR",
+                           help="Directory for raw samples-*.csv and requests-*.csv; empty: none")),
+    ("--run-id", dict(default="", env_var="LOCUST_RUN_ID",
+                      help="Id written on every sample row; empty: the start time")),
+    ("--steps", dict(default="", env_var="LOCUST_STEPS",
+                     help="Concurrency steps, e.g. 32,64,128 (users = concurrent streams); empty: -u/-r")),
+    ("--step-warmup", dict(type=float, default=30.0, env_var="LOCUST_STEP_WARMUP",
+                           help="Seconds of warm-up at the start of each step; its samples are discarded")),
+    ("--step-duration", dict(type=float, default=60.0, env_var="LOCUST_STEP_DURATION",
+                             help="Measured seconds of each step")),
+]
+
+
+def add_options(parser) -> None:
+    """Listener for ``init_command_line_parser``: Locust's parser takes ``is_secret`` and friends."""
+    for flag, kwargs in OPTIONS:
+        parser.add_argument(flag, **kwargs)
+
+
+def workload_spec(options) -> WorkloadSpec:
+    """The workload the options describe."""
+    return WorkloadSpec(
+        name=options.workload,
+        prompt_tokens=int(options.prompt_tokens),
+        max_tokens=int(options.max_tokens),
+        long_prompt_tokens=int(options.long_prompt_tokens),
+        long_fraction=float(options.long_fraction),
+        prefix_tokens=int(options.prefix_tokens),
+        pool=int(options.prompt_pool),
+        seed=int(options.seed),
+        endpoint=options.endpoint,
+    )
+
+
+def parse_steps(text: str) -> list[int]:
+    """``"32,64,128"`` -> ``[32, 64, 128]``; a bad entry names the flag."""
+    try:
+        steps = [int(s) for s in str(text).replace(" ", "").split(",") if s]
+    except ValueError:
+        raise ValueError(f"--steps {text!r}: expected comma-separated integers such as 32,64,128") from None
+    if any(s < 1 for s in steps):
+        raise ValueError(f"--steps {text!r}: every step needs at least 1 user")
+    return steps
+
+
+def defaults(**overrides):
+    """The options as ``parse_options`` would give them with no flags: for tests and scripts."""
+    from argparse import Namespace
+
+    values = {flag.lstrip("-").replace("-", "_"): kwargs.get("default") for flag, kwargs in OPTIONS}
+    unknown = set(overrides) - set(values)
+    if unknown:
+        raise TypeError(f"unknown options: {', '.join(sorted(unknown))}")
+    return Namespace(**{**values, **overrides})
+
+
+def markdown_table() -> str:
+    """The options as the README's table: ``python -m vllm_locust.options``."""
+    lines = ["| option | env | default | what it does |", "|---|---|---|---|"]
+    for flag, kwargs in OPTIONS:
+        default = kwargs.get("default")
+        if flag == "--prompt-cache-dir":
+            default = "~/.cache/vllm_locust"
+        shown = "" if default in ("", None) else f"`{default}`"
+        lines.append(f"| `{flag}` | `{kwargs.get('env_var', '')}` | {shown} | {kwargs.get('help', '')} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
