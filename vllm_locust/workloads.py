@@ -103,29 +103,37 @@ class ExactBuilder:
         lo, hi = 0, len(words)
         if f(hi) < target:
             raise PromptLengthError(f"{len(words)} words give only {f(hi)} tokens, fewer than {target}")
-        guess = min(hi - 1, max(1, target - base))
-        while hi - lo > 1:  # invariant: f(lo) <= target < f(hi) or f(hi) == target
-            mid = guess if lo < guess < hi else (lo + hi) // 2
-            guess = -1
+        step = 0
+        while hi - lo > 1:  # invariant: f(lo) <= target < f(hi), or hi is the end and f(hi) == target
+            # Interpolate: token counts grow about linearly with words, so this takes 2-4 counts;
+            # every third step bisects, so an odd tokenizer cannot make it crawl.
+            span = f(hi) - f(lo)
+            step += 1
+            if span > 0 and step % 3:
+                mid = lo + round((target - f(lo)) * (hi - lo) / span)
+            else:
+                mid = (lo + hi) // 2
+            mid = min(hi - 1, max(lo + 1, mid))
             if f(mid) <= target:
                 lo = mid
             else:
                 hi = mid
+            if f(lo) == target:
+                break
         if f(hi) == target:
             lo = hi
-        body = " ".join(words[:lo])
-        for _ in range(4 * len(FILLERS)):
-            have = self.count(system, body)
+        body, have = " ".join(words[:lo]), f(lo)
+        for _ in range(4 * len(FILLERS)):  # close the last gap of a token or two with short fillers
             if have == target:
                 return body, have
             for filler in FILLERS:
-                trial = body + filler
-                if self.count(system, trial) <= target:
-                    body = trial
+                trial_count = self.count(system, body + filler)
+                if trial_count <= target:
+                    body, have = body + filler, trial_count
                     break
             else:
                 break
-        raise PromptLengthError(f"could not build an exact {target}-token prompt (closest {self.count(system, body)})")
+        raise PromptLengthError(f"could not build an exact {target}-token prompt (closest {have})")
 
 
 def build_prompts(spec: WorkloadSpec, counter: TokenCounter) -> list[Prompt]:

@@ -1,0 +1,70 @@
+"""Tidy frames, one row per observation, each carrying its run's parameters.
+
+- ``samples``: run_key, profile, concurrency, repeat, worker_id, request_id, metric, value_ms, t_s
+  (measured phase only: warm-up samples are discarded here).
+- ``requests``: one row per request of the measured phase, the same id columns plus the recorder's.
+- ``server``: t_s, name, labels, value, run_key, profile, concurrency, repeat.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .load import AnalysisError, Run
+
+ID_COLUMNS = ("run_key", "profile", "concurrency", "repeat")
+
+
+def _with_ids(frame: pd.DataFrame, run: Run) -> pd.DataFrame:
+    return frame.assign(run_key=run.run_key, profile=run.profile,
+                        concurrency=int(run.record["concurrency"]), repeat=int(run.record["repeat"]))
+
+
+def measured(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["phase"] == "measured"] if "phase" in frame else frame
+
+
+def tidy_samples(runs: list[Run]) -> pd.DataFrame:
+    cols = [*ID_COLUMNS, "worker_id", "request_id", "metric", "value_ms", "t_s"]
+    return pd.concat([_with_ids(measured(r.samples), r)[cols] for r in runs], ignore_index=True)
+
+
+def tidy_requests(runs: list[Run]) -> pd.DataFrame:
+    frames = [_with_ids(measured(r.requests), r) for r in runs if not r.requests.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*ID_COLUMNS, "request_id"])
+
+
+def tidy_server(runs: list[Run]) -> pd.DataFrame:
+    frames = [_with_ids(r.metrics, r) for r in runs if not r.metrics.empty]
+    if not frames:
+        return pd.DataFrame(columns=["t_s", "name", "labels", "value", *ID_COLUMNS])
+    return pd.concat(frames, ignore_index=True)
+
+
+def workload_of(run: Run) -> tuple:
+    """What decides a run's load: endpoint, workload, prompt kinds and lengths, output length."""
+    req = measured(run.requests)
+    if req.empty:
+        return ()
+    ok = req[req["error"].isna()] if "error" in req else req
+    lengths = tuple(sorted(set(zip(ok["prompt_kind"], ok["prompt_tokens"].dropna().astype(int))))) if len(ok) else ()
+    outputs = tuple(sorted(set(ok["completion_tokens"].dropna().astype(int)))) if len(ok) else ()
+    return (tuple(sorted(set(req["endpoint"]))), tuple(sorted(set(req["workload"]))), lengths, outputs)
+
+
+def check_same_workload(runs: list[Run]) -> None:
+    """Refuse to compare runs that did not send the same load."""
+    seen: dict[tuple, list[str]] = {}
+    for run in runs:
+        key = workload_of(run)
+        if key:
+            seen.setdefault(key, []).append(run.run_key)
+    if len(seen) > 1:
+        parts = [f"{keys[0]} (+{len(keys) - 1} more): {describe(k)}" for k, keys in seen.items()]
+        raise AnalysisError("runs of different workloads cannot be compared: " + "; ".join(parts))
+
+
+def describe(key: tuple) -> str:
+    endpoint, workload, lengths, outputs = key
+    prompts = ",".join(f"{kind}={n}" for kind, n in lengths)
+    return f"{'/'.join(workload)} on {'/'.join(endpoint)}, prompt tokens {prompts}, output tokens {'/'.join(map(str, outputs))}"

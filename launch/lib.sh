@@ -1,0 +1,157 @@
+# Functions shared by serve.sh and sweep.sh. Source it; it defines, it runs nothing.
+# Profiles are key=value lines, parsed here, never sourced or evaluated.
+
+LAUNCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$LAUNCH_DIR/.." && pwd)
+PROFILES_DIR=${PROFILES_DIR:-$ROOT/profiles}
+VLLM_PY=${VLLM_PYTHON:-$ROOT/.venv-vllm/bin/python}
+SUITE_PY=${SUITE_PYTHON:-$ROOT/.venv/bin/python}
+HEALTH_TIMEOUT=${HEALTH_TIMEOUT:-600}
+# Keys serve.sh sets itself from the environment (MODEL, SERVED_MODEL_NAME, TP, HOST, PORT).
+SERVE_KEYS=" model served-model-name tensor-parallel-size host port "
+
+die() { echo "launch: $*" >&2; exit 2; }
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+list_profiles() {
+  local f names=()
+  for f in "$PROFILES_DIR"/*.conf; do names+=("$(basename "$f" .conf)"); done
+  (IFS=,; echo "${names[*]}")
+}
+
+# read_profile NAME: fills P_KEYS (flag keys in first-seen order), P_VALUES (key -> value, later
+# lines win), P_ENV (env.NAME=value) and P_SWEEP (sweep.setting=value, for sweep.sh only).
+# include=OTHER reads OTHER first, in place.
+read_profile() {
+  P_KEYS=(); declare -gA P_VALUES=() P_ENV=() P_SWEEP=()
+  _read_profile_file "$1" 0
+}
+
+_read_profile_file() {
+  local name=$1 depth=$2 file="$PROFILES_DIR/$1.conf" line key value n=0
+  [[ "$name" =~ ^[A-Za-z0-9._-]+$ && -f "$file" ]] || die "unknown profile '$name'; profiles: $(list_profiles)"
+  (( depth < 8 )) || die "profile '$name': include nested too deep"
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    n=$((n + 1))
+    line="${line#"${line%%[![:space:]]*}"}"; line="${line%"${line##*[![:space:]]}"}"
+    [[ -z "$line" || "$line" == \#* ]] && continue
+    [[ "$line" == *=* ]] || die "$file:$n: expected key=value, got '$line'"
+    key=${line%%=*}; value=${line#*=}
+    if [[ "$key" == include ]]; then
+      _read_profile_file "$value" $((depth + 1))
+    elif [[ "$key" =~ ^env\.[A-Za-z_][A-Za-z0-9_]*$ ]]; then
+      P_ENV[${key#env.}]=$value
+    elif [[ "$key" =~ ^sweep\.[a-z-]+$ ]]; then
+      P_SWEEP[${key#sweep.}]=$value
+    elif [[ "$key" =~ ^[a-z0-9][a-z0-9-]*$ ]]; then
+      [[ -v "P_VALUES[$key]" ]] || P_KEYS+=("$key")
+      P_VALUES[$key]=$value
+    else
+      die "$file:$n: '$key' is not a vLLM flag name (lower-case-with-dashes) or env.NAME"
+    fi
+  done < "$file"
+}
+
+# build_command PROFILE: SERVER_CMD (array) and SERVER_ENV (NAME=value array), SERVED_MODEL, SERVER_URL.
+build_command() {
+  read_profile "$1"
+  PROFILE=$1
+  local model=${MODEL:-${P_VALUES[model]:-}}
+  [[ -n "$model" ]] || die "profile '$1' names no model: set MODEL=/path/to/model"
+  SERVED_MODEL=${SERVED_MODEL_NAME:-${P_VALUES[served-model-name]:-$(basename "$model")}}
+  SERVER_HOST=${HOST:-${P_VALUES[host]:-127.0.0.1}}
+  SERVER_PORT=${PORT:-${P_VALUES[port]:-8000}}
+  SERVER_URL="http://$SERVER_HOST:$SERVER_PORT"
+  [[ "$model" == /* || ! -e "$ROOT/$model" ]] || model="$ROOT/$model"
+  SERVER_CMD=("$VLLM_PY" -m vllm.entrypoints.openai.api_server
+    --model "$model" --served-model-name "$SERVED_MODEL"
+    --tensor-parallel-size "${TP:-${P_VALUES[tensor-parallel-size]:-1}}"
+    --host "$SERVER_HOST" --port "$SERVER_PORT")
+  local key value
+  for key in "${P_KEYS[@]}"; do
+    [[ "$SERVE_KEYS" == *" $key "* ]] && continue
+    value=${P_VALUES[$key]}
+    case "$value" in
+      true) SERVER_CMD+=("--$key") ;;
+      false) SERVER_CMD+=("--no-$key") ;;
+      *) SERVER_CMD+=("--$key" "$value") ;;
+    esac
+  done
+  # /reset_prefix_cache exists only in dev mode; the sweep resets the cache between runs.
+  SERVER_ENV=(VLLM_SERVER_DEV_MODE=1)
+  while IFS= read -r key; do
+    if [[ -n "$key" ]]; then SERVER_ENV+=("$key=${P_ENV[$key]}"); fi
+  done < <(printf "%s\n" "${!P_ENV[@]}" | sort)
+}
+
+print_command() {
+  printf '%q ' env "${SERVER_ENV[@]}" "${SERVER_CMD[@]}"; echo
+}
+
+# sweep_setting NAME DEFAULT: a profile's sweep.NAME, or DEFAULT.
+sweep_setting() { echo "${P_SWEEP[$1]:-$2}"; }
+
+free_port() { "$SUITE_PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+check_flags() {
+  [[ -x "$VLLM_PY" ]] || die "no vLLM python at $VLLM_PY: run launch/setup.sh or set VLLM_PYTHON"
+  "$VLLM_PY" "$LAUNCH_DIR/check_flags.py" --profile "$PROFILE" -- "${SERVER_CMD[@]:3}" \
+    || die "profile '$PROFILE' has flags the installed vLLM refuses (above)"
+}
+
+# start_server RUN_DIR: vLLM in its own session (process group), log in RUN_DIR/server.log.
+start_server() {
+  local dir=$1
+  mkdir -p "$dir"
+  SERVER_LOG="$dir/server.log"
+  SERVER_STARTED_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  SERVER_T0=$(date +%s.%N)
+  env "${SERVER_ENV[@]}" setsid "${SERVER_CMD[@]}" >"$SERVER_LOG" 2>&1 < /dev/null &
+  SERVER_PID=$!
+  log "started vLLM ($PROFILE) pid $SERVER_PID on $SERVER_URL; log $SERVER_LOG"
+}
+
+# wait_healthy URL: poll /health; fail at once, with the log's tail, if the server died.
+wait_healthy() {
+  local url=$1 deadline=$(( $(date +%s) + HEALTH_TIMEOUT ))
+  while (( $(date +%s) < deadline )); do
+    if [[ -n "${SERVER_PID:-}" ]] && ! kill -0 "$SERVER_PID" 2>/dev/null; then
+      echo "launch: vLLM exited before it was healthy; last lines of $SERVER_LOG:" >&2
+      tail -n 25 "$SERVER_LOG" >&2
+      SERVER_PID=
+      return 1
+    fi
+    curl -sf -o /dev/null --max-time 2 "$url/health" && {
+      SECONDS_TO_HEALTHY=$(awk -v a="${SERVER_T0:-0}" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+      return 0; }
+    sleep 1
+  done
+  echo "launch: $url not healthy after ${HEALTH_TIMEOUT}s" >&2
+  return 1
+}
+
+# smoke_test URL MODEL: one short chat completion must come back with a choice.
+smoke_test() {
+  local out
+  out=$(curl -s --max-time 120 "$1/v1/chat/completions" -H 'Content-Type: application/json' \
+    ${OPENAI_API_KEY:+-H "Authorization: Bearer $OPENAI_API_KEY"} \
+    -d "{\"model\": \"$2\", \"messages\": [{\"role\": \"user\", \"content\": \"hello\"}], \"max_tokens\": 4}") || true
+  [[ "$out" == *'"choices"'* ]] || { echo "launch: smoke test failed at $1 (model $2): ${out:0:300}" >&2; return 1; }
+}
+
+# stop_server: TERM to the server's process group, then KILL after 30 s. Safe to call twice.
+stop_server() {
+  local pid=${SERVER_PID:-} i
+  [[ -n "$pid" ]] || return 0
+  SERVER_PID=
+  kill -TERM -- "-$pid" 2>/dev/null || return 0
+  for i in $(seq 1 30); do kill -0 -- "-$pid" 2>/dev/null || return 0; sleep 1; done
+  kill -KILL -- "-$pid" 2>/dev/null || true
+}
+
+# write_manifest RUN_DIR: what ran, with which versions; never the API key.
+write_manifest() {
+  "$VLLM_PY" "$LAUNCH_DIR/manifest.py" --out "$1/manifest.json" --profile "$PROFILE" \
+    --url "$SERVER_URL" --model "$SERVED_MODEL" --started-at "$SERVER_STARTED_AT" \
+    --seconds-to-healthy "${SECONDS_TO_HEALTHY:-}" --server-env "${SERVER_ENV[@]}" -- "${SERVER_CMD[@]}"
+}

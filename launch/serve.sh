@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Start vLLM with a profile, wait until healthy, smoke-test it, keep it up until Ctrl-C.
+# Usage: bash launch/serve.sh PROFILE [--dry-run] [--check] [--run-dir DIR]
+#   --dry-run  print the exact command line and exit 0
+#   --check    check every flag against the installed vLLM's parser and exit
+# Environment: MODEL, SERVED_MODEL_NAME, TP, HOST (default 127.0.0.1), PORT (default 8000), VLLM_PYTHON.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+profile= dry_run= check_only= run_dir=
+while (( $# )); do
+  case "$1" in
+    --dry-run) dry_run=1 ;;
+    --check) check_only=1 ;;
+    --run-dir) run_dir=${2:?--run-dir needs a directory}; shift ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    -*) die "unknown option $1" ;;
+    *) [[ -z "$profile" ]] || die "one profile at a time"; profile=$1 ;;
+  esac
+  shift
+done
+[[ -n "$profile" ]] || die "usage: serve.sh PROFILE [--dry-run] [--check]; profiles: $(list_profiles)"
+
+build_command "$profile"
+if [[ -n "$dry_run" ]]; then print_command; exit 0; fi
+check_flags
+[[ -n "$check_only" ]] && { echo "launch: profile '$profile': every flag accepted by the installed vLLM"; exit 0; }
+
+run_dir=${run_dir:-$ROOT/runs/serve-$profile-$(date +%Y%m%d-%H%M%S)}
+trap stop_server EXIT
+trap 'exit 130' INT TERM
+start_server "$run_dir"
+wait_healthy "$SERVER_URL" || exit 1
+smoke_test "$SERVER_URL" "$SERVED_MODEL" || exit 1
+write_manifest "$run_dir"
+log "healthy after ${SECONDS_TO_HEALTHY}s; model $SERVED_MODEL at $SERVER_URL; manifest $run_dir/manifest.json; Ctrl-C stops it"
+wait "$SERVER_PID" || true

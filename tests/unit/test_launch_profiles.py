@@ -1,0 +1,69 @@
+"""serve.sh --dry-run on every profile, and the profile parser's refusals (no vLLM needed)."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = sorted(p.stem for p in (ROOT / "profiles").glob("*.conf"))
+SEED_OPTIMIZED = ("--gpu-memory-utilization 0.92 --max-num-seqs 128 --max-num-batched-tokens 4096 "
+                  "--max-model-len 8192 --enable-chunked-prefill --enable-prefix-caching")
+
+
+def serve(*args, env=None):
+    full_env = {k: v for k, v in os.environ.items() if k not in ("MODEL", "PORT", "TP", "HOST", "SERVED_MODEL_NAME")}
+    full_env.update(env or {})
+    return subprocess.run(["bash", str(ROOT / "launch" / "serve.sh"), *args], capture_output=True, text=True,
+                          env=full_env, timeout=30)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_dry_run_prints_a_valid_looking_command(profile):
+    proc = serve(profile, "--dry-run", env={"MODEL": "/models/m"})
+    assert proc.returncode == 0, proc.stderr
+    cmd = proc.stdout
+    assert "vllm.entrypoints.openai.api_server --model /models/m" in cmd
+    assert "--host 127.0.0.1 --port 8000" in cmd, "loopback unless told otherwise"
+    assert "--disable-log-requests" not in cmd and "--enable-metrics" not in cmd, "flags vLLM 0.26+ refuses"
+    assert "VLLM_SERVER_DEV_MODE=1" in cmd, "needed for /reset_prefix_cache between runs"
+
+
+def test_optimized_is_the_seed_config_and_knob_profiles_change_one_thing():
+    base = serve("baseline", "--dry-run", env={"MODEL": "/m"}).stdout.split()
+    assert SEED_OPTIMIZED in serve("optimized", "--dry-run", env={"MODEL": "/m"}).stdout
+    for knob in ("max-num-seqs", "max-num-batched-tokens", "max-model-len", "gpu-memory-utilization",
+                 "chunked-prefill-off", "prefix-caching-on", "enforce-eager", "quantization-fp8"):
+        extra = [t for t in serve(knob, "--dry-run", env={"MODEL": "/m"}).stdout.split() if t not in base]
+        assert 1 <= len(extra) <= 2, f"{knob} adds one flag (and its value) to baseline: {extra}"
+    assert "--no-enable-chunked-prefill" in serve("chunked-prefill-off", "--dry-run", env={"MODEL": "/m"}).stdout
+
+
+def test_environment_overrides_model_port_and_tp():
+    out = serve("tensor-parallel-2", "--dry-run", env={"MODEL": "/x", "PORT": "9001", "TP": "4"}).stdout
+    assert "--model /x" in out and "--port 9001" in out and "--tensor-parallel-size 4" in out
+    cpu = serve("optimized-cpu", "--dry-run").stdout
+    assert "models/tiny" in cpu and "VLLM_CPU_KVCACHE_SPACE=2" in cpu and "--dtype float32" in cpu
+
+
+def test_unknown_profile_lists_the_profiles():
+    proc = serve("fastest", "--dry-run")
+    assert proc.returncode != 0
+    assert "unknown profile 'fastest'" in proc.stderr and "baseline" in proc.stderr and "optimized-cpu" in proc.stderr
+
+
+def test_profile_values_are_parsed_never_evaluated(tmp_path):
+    marker = tmp_path / "pwned"
+    (tmp_path / "evil.conf").write_text(f"max-model-len=$(touch {marker})\n")
+    proc = serve("evil", "--dry-run", env={"MODEL": "/m", "PROFILES_DIR": str(tmp_path)})
+    assert proc.returncode == 0 and not marker.exists(), "a value is text, not a command"
+    assert "touch" in proc.stdout, "printed as given, quoted"
+    (tmp_path / "bad.conf").write_text("Max Seqs=4\n")
+    proc = serve("bad", "--dry-run", env={"MODEL": "/m", "PROFILES_DIR": str(tmp_path)})
+    assert proc.returncode != 0 and "not a vLLM flag name" in proc.stderr
+
+
+def test_gpu_profile_without_model_says_what_to_set():
+    proc = serve("baseline", "--dry-run")
+    assert proc.returncode != 0 and "set MODEL=" in proc.stderr

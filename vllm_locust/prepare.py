@@ -1,0 +1,36 @@
+"""Build and cache a workload's prompts before a run, so no run spends its warm-up on it.
+
+    python -m vllm_locust.prepare --host http://127.0.0.1:8000 [the run's Locust options]
+
+Takes the same options as the locustfile (unknown ones are ignored) and prints one line.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+from locust.argument_parser import get_parser
+
+from .client import ServerCheckError
+from .context import build_context
+from .options import add_options
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = get_parser()
+    add_options(parser)
+    options, _unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    environment = SimpleNamespace(host=options.host, parsed_options=options, runner=None)
+    try:
+        ctx = build_context(environment)
+    except (ServerCheckError, ValueError, OSError) as err:
+        print(f"prepare: {err}", file=sys.stderr)
+        return 2
+    lengths = sorted({p.prompt_tokens for p in ctx.prompts})
+    print(f"prepare: {len(ctx.prompts)} {ctx.spec.name} prompts of {lengths} tokens for {ctx.model} cached")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
