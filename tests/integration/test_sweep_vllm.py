@@ -74,3 +74,20 @@ def test_sweep_of_two_cpu_profiles_keeps_everything(cpu_sweep):
         assert "vllm:num_requests_waiting" in (run / "metrics-after.prom").read_text()
         assert "optimized-cpu" not in str(list((out / "baseline-cpu").rglob("*"))), "each profile under its own dir"
     assert "run 2 of 2" in proc.stderr
+
+
+def test_analysis_of_the_real_sweep(cpu_sweep):
+    out, proc = cpu_sweep
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import sys
+
+    analysis = subprocess.run([sys.executable, "-m", "analysis", str(out), "--bootstrap", "200"],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert analysis.returncode == 0, analysis.stderr
+    assert "optimized-cpu:" in analysis.stdout and "baseline-cpu" in analysis.stdout
+    summary = pd.read_csv(out / "summary.csv")
+    assert sorted(summary["profile"]) == ["baseline-cpu", "optimized-cpu"]
+    assert (summary["p95_ttft_ms"] >= summary["p50_ttft_ms"]).all() and (summary["requests"] > 0).all()
+    assert summary["server_prefill_ms"].notna().all(), "vLLM's own histograms reach the summary"
+    checklist = (out / "report.md").read_text()
+    assert "vLLM 0.32.0" in checklist and "--max-model-len 4096" in checklist

@@ -1,0 +1,92 @@
+"""python -m analysis RUNS_DIR [--baseline PROFILE]: summary.csv, comparison.csv, report.md, report.html.
+
+Exit codes: 0 done; 1 a gate failed (--fail-unless-beats, --slo-p95-ttft-ms, --slo-p95-itl-ms);
+2 bad input (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .attribution import attribution_table
+from .checklist import checklist
+from .load import AnalysisError, load_runs
+from .report import write_reports
+from .summary import per_run, summarize
+from .tidy import check_same_workload, tidy_requests, tidy_samples, tidy_server
+from .verdict import Rule, compare, overall, verdicts
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
+    p.add_argument("runs_dir", type=Path)
+    p.add_argument("--baseline", help="profile (or --label) to compare against; default: one named baseline*")
+    p.add_argument("--max-throughput-drop", type=float, default=20.0, help="percent (default 20)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fail-unless-beats", action="store_true",
+                   help="exit 1 unless every candidate beats the baseline at every concurrency")
+    p.add_argument("--slo-p95-ttft-ms", type=float, help="exit 1 if a candidate's p95 TTFT exceeds this")
+    p.add_argument("--slo-p95-itl-ms", type=float, help="exit 1 if a candidate's p95 ITL exceeds this")
+    return p.parse_args(argv)
+
+
+def pick_baseline(profiles: list[str], wanted: str | None) -> str:
+    if wanted:
+        if wanted not in profiles:
+            raise AnalysisError(f"--baseline {wanted!r} has no runs here; profiles: {', '.join(profiles)}")
+        return wanted
+    named = [p for p in profiles if p.startswith("baseline")]
+    if len(named) == 1:
+        return named[0]
+    raise AnalysisError(f"say which profile is the baseline: --baseline one of {', '.join(profiles)}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        runs = load_runs(args.runs_dir)
+        check_same_workload(runs)
+        samples, requests, server = tidy_samples(runs), tidy_requests(runs), tidy_server(runs)
+        if samples.empty:
+            raise AnalysisError(f"{args.runs_dir}: no measured samples (was every run all warm-up?)")
+        baseline = pick_baseline(sorted(samples["profile"].unique()), args.baseline)
+    except AnalysisError as err:
+        print(f"analysis: {err}", file=sys.stderr)
+        return 2
+    rule = Rule(max_throughput_drop_pct=args.max_throughput_drop, bootstrap=args.bootstrap, seed=args.seed)
+    durations = {r.run_key: float(r.record.get("duration_s") or 0) for r in runs}
+    run_frame = per_run(samples, requests, server, durations)
+    summary = summarize(samples, requests, run_frame)
+    comparison = compare(samples, run_frame, baseline, rule)
+    per_level = verdicts(comparison, rule)
+    result = overall(per_level)
+    out = args.runs_dir
+    summary.to_csv(out / "summary.csv", index=False)
+    comparison.to_csv(out / "comparison.csv", index=False)
+    per_level.to_csv(out / "verdict.csv", index=False)
+    md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
+                             overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests),
+                             samples=samples, server=server, runs=run_frame, rule=rule)
+    for profile, verdict in sorted(result.items()):
+        print(f"{profile}: {verdict} {baseline}")
+    print(f"wrote {out / 'summary.csv'}, {md.name}, {html.name}")
+
+    failed = []
+    if args.fail_unless_beats and any(v != "beats" for v in result.values()):
+        failed.append("a candidate does not beat the baseline")
+    candidates = summary[summary["profile"] != baseline] if len(result) else summary
+    for col, slo in (("p95_ttft_ms", args.slo_p95_ttft_ms), ("p95_itl_ms", args.slo_p95_itl_ms)):
+        if slo is not None:
+            over = candidates[candidates[col] > slo]
+            for row in over.itertuples():
+                failed.append(f"{row.profile} c={row.concurrency}: {col} {getattr(row, col):.1f} > SLO {slo:g}")
+    for line in failed:
+        print(f"gate failed: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

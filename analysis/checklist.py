@@ -1,0 +1,47 @@
+"""The seed's release checklist, filled in with this run's facts."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .load import Run
+
+
+def _max_model_len(run: Run) -> int | None:
+    cmd = run.manifest.get("command", [])
+    if "--max-model-len" in cmd:
+        return int(cmd[cmd.index("--max-model-len") + 1])
+    return None
+
+
+def checklist(runs: list[Run], requests: pd.DataFrame) -> list[tuple[str, bool | None, str]]:
+    """``(item, ok, facts)``; ok is None where the facts cannot settle it."""
+    items = []
+    vllm = sorted({r.manifest.get("versions", {}).get("vllm") or "external/unknown" for r in runs})
+    locust = sorted({str(r.record.get("versions", {}).get("locust")) for r in runs})
+    torch = sorted({str(r.manifest.get("versions", {}).get("torch")) for r in runs if r.manifest})
+    items.append(("Pinned versions recorded", len(vllm) == 1 and "external/unknown" not in vllm,
+                  f"vLLM {', '.join(vllm)}; torch {', '.join(torch) or 'n/a'}; locust {', '.join(locust)}"))
+    ok = requests[requests["error"].isna()] if "error" in requests else requests
+    longest = int((ok["prompt_tokens"] + ok["completion_tokens"]).max()) if len(ok) else 0
+    limits = sorted({m for m in (_max_model_len(r) for r in runs) if m})
+    items.append(("max-model-len covers the observed lengths", (min(limits) >= longest) if limits else None,
+                  f"longest request {longest} tokens; --max-model-len {', '.join(map(str, limits)) or 'model default'}"))
+    warmups = sorted({float(r.record.get("warmup_s", 0)) for r in runs})
+    items.append(("Warm-up before every measured run", min(warmups) > 0,
+                  f"warm-up {', '.join(f'{w:g}' for w in warmups)} s, samples discarded"))
+    scraped = [r.run_key for r in runs if r.metrics.empty]
+    items.append(("/metrics scraped during every run", not scraped,
+                  "all runs" if not scraped else f"missing in {', '.join(scraped)}"))
+    restarts = {}
+    for r in runs:
+        restarts.setdefault(r.profile, set()).add(r.record.get("server_dir"))
+    external = sorted({r.profile for r in runs if r.record.get("external")})
+    items.append(("Server restarted for each profile", None if external else True,
+                  "; ".join(f"{p}: {len(d)} start(s)" for p, d in sorted(restarts.items()))
+                  + (f" (external, not restarted by the sweep: {', '.join(external)})" if external else "")))
+    repeats = sorted({int(r.record.get("repeat", 1)) for r in runs})
+    items.append(("Three or more repeats per point", max(repeats) >= 3, f"{max(repeats)} repeat(s) per point"))
+    failures = int(requests["error"].notna().sum()) if "error" in requests else 0
+    items.append(("No failed requests", failures == 0, f"{failures} failed of {len(requests)}"))
+    return items

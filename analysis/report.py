@@ -1,0 +1,140 @@
+"""Write report.md and a self-contained report.html (plots inlined). Formatting only: no statistics."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+SUMMARY_SHOWN = ["profile", "concurrency", "repeats", "requests", "failures", "p50_ttft_ms", "p95_ttft_ms",
+                 "p99_ttft_ms", "p50_itl_ms", "p95_itl_ms", "p99_itl_ms", "p95_tpot_ms", "output_tokens_per_s",
+                 "requests_per_s", "max_num_requests_waiting", "mean_kv_cache_usage", "preemptions"]
+
+
+def _ecdf(ax, values, label):
+    v = np.sort(values)
+    if len(v):
+        ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label)
+
+
+def plot_distributions(samples: pd.DataFrame):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, metric in zip(axes, ("TTFT", "ITL")):
+        for (profile, c), g in samples[samples["metric"] == metric].groupby(["profile", "concurrency"]):
+            _ecdf(ax, g["value_ms"].to_numpy(), f"{profile} c={c}")
+        ax.set(xlabel=f"{metric} (ms)", ylabel="fraction of samples", title=f"{metric} distribution")
+        ax.axhline(0.95, color="grey", lw=0.5, ls="--")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_p95(summary: pd.DataFrame):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, col in zip(axes, ("p95_ttft_ms", "p95_itl_ms")):
+        for profile, g in summary.groupby("profile"):
+            ax.plot(g["concurrency"], g[col], marker="o", label=profile)
+        ax.set(xlabel="concurrency (streams)", ylabel=col, title=f"{col} against concurrency")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame):
+    """Per profile (its first run at the highest concurrency): queue depth, KV cache, client TTFT."""
+    picks = runs.sort_values(["concurrency", "repeat"], ascending=[False, True]).groupby("profile").head(1)
+    fig, axes = plt.subplots(len(picks), 1, figsize=(11, 3 * max(1, len(picks))), squeeze=False)
+    for ax, (_, run) in zip(axes[:, 0], picks.iterrows()):
+        t0 = run["window_start_s"]
+        srv = server[server["run_key"] == run["run_key"]]
+        for name, label in (("vllm:num_requests_waiting", "waiting"), ("vllm:num_requests_running", "running")):
+            s = srv[srv["name"] == name].groupby("t_s")["value"].sum()
+            ax.step(s.index - t0, s.values, where="post", label=label)
+        ax.set(xlabel="seconds into the measured window", ylabel="requests",
+               title=f"{run['profile']} c={run['concurrency']} r={run['repeat']}")
+        right = ax.twinx()
+        kv = srv[srv["name"] == "vllm:kv_cache_usage_perc"].groupby("t_s")["value"].sum()
+        right.plot(kv.index - t0, kv.values * 100, color="tab:green", lw=1, label="KV cache %")
+        ttft = samples[(samples["run_key"] == run["run_key"]) & (samples["metric"] == "TTFT")]
+        right.scatter(ttft["t_s"] - t0, ttft["value_ms"], s=6, color="tab:red", label="client TTFT ms")
+        right.set_ylabel("KV cache % / TTFT ms")
+        lines = ax.get_legend_handles_labels()
+        more = right.get_legend_handles_labels()
+        ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _table_md(frame: pd.DataFrame) -> str:
+    return frame.to_markdown(index=False, floatfmt=".2f") if len(frame) else "(none)"
+
+
+def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, comparison: pd.DataFrame,
+                  per_level: pd.DataFrame, overall: dict, attribution: pd.DataFrame, checklist: list,
+                  samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame, rule) -> tuple[Path, Path]:
+    figures = {"distributions": _png(plot_distributions(samples)), "p95-vs-concurrency": _png(plot_p95(summary)),
+               "timeline": _png(plot_timeline(samples, server, runs))}
+    fig_dir = out_dir / "report-figures"
+    fig_dir.mkdir(exist_ok=True)
+    for name, data in figures.items():
+        (fig_dir / f"{name}.png").write_bytes(data)
+
+    verdict_lines = [f"- **{p}**: {v} the baseline `{baseline}`" for p, v in sorted(overall.items())] or \
+        ["- only the baseline was measured: nothing to compare"]
+    check_lines = [f"- [{'x' if ok else ' ' if ok is False else '?'}] {item}: {facts}" for item, ok, facts in checklist]
+    sections = [
+        ("Verdict", "\n".join(verdict_lines) + "\n\nRule: p95 TTFT and p95 ITL both improve with 95% bootstrap "
+         f"intervals that exclude zero, and output throughput falls by at most {rule.max_throughput_drop_pct:g}% "
+         f"({rule.bootstrap} resamples of requests within repeats)."),
+        ("Per concurrency", _table_md(per_level)),
+        ("Changes against the baseline (percent, 95% interval)", _table_md(comparison)),
+        ("Summary (percentiles from raw samples)", _table_md(summary[SUMMARY_SHOWN])),
+        ("Where the latency came from", "\n".join(f"- {r.profile} c={r.concurrency}: {r.source}" for r in attribution.itertuples())),
+        ("Release checklist", "\n".join(check_lines)),
+    ]
+    md = ["# Baseline vs candidates: vLLM latency report", ""]
+    for title, body in sections:
+        md += [f"## {title}", "", body, ""]
+    md += ["## Figures", ""] + [f"![{n}](report-figures/{n}.png)" for n in figures] + [""]
+    md_path = out_dir / "report.md"
+    md_path.write_text("\n".join(md))
+
+    def table_html(frame: pd.DataFrame) -> str:
+        return frame.to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0) if len(frame) else "<p>(none)</p>"
+
+    body = ["<h1>Baseline vs candidates: vLLM latency report</h1>",
+            "<h2>Verdict</h2><ul>" + "".join(f"<li><b>{html.escape(p)}</b>: {html.escape(v)} the baseline "
+                                             f"<code>{html.escape(baseline)}</code></li>" for p, v in sorted(overall.items())) + "</ul>",
+            f"<p>{html.escape(sections[0][1].split(chr(10) * 2, 1)[-1])}</p>",
+            "<h2>Per concurrency</h2>" + table_html(per_level),
+            "<h2>Changes against the baseline</h2>" + table_html(comparison),
+            "<h2>Summary</h2>" + table_html(summary[SUMMARY_SHOWN]),
+            "<h2>Where the latency came from</h2><ul>" + "".join(
+                f"<li>{html.escape(r.profile)} c={r.concurrency}: {html.escape(r.source)}</li>" for r in attribution.itertuples()) + "</ul>",
+            "<h2>Release checklist</h2><ul>" + "".join(
+                f"<li>{'&#9745;' if ok else '&#9744;' if ok is False else '?'} {html.escape(item)}: {html.escape(facts)}</li>"
+                for item, ok, facts in checklist) + "</ul>",
+            "<h2>Figures</h2>" + "".join(
+                f'<img alt="{n}" src="data:image/png;base64,{base64.b64encode(d).decode()}" style="max-width:100%">'
+                for n, d in figures.items())]
+    html_path = out_dir / "report.html"
+    html_path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>vLLM latency report</title>"
+                         "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;"
+                         "font-size:12px}td,th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:right}</style>"
+                         "</head><body>" + "\n".join(body) + "</body></html>")
+    return md_path, html_path

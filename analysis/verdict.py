@@ -1,0 +1,104 @@
+"""Compare each profile with the baseline: percent changes with bootstrap intervals, and a verdict.
+
+The rule (the seed's): a profile beats the baseline at a concurrency only if p95 TTFT and p95 ITL
+both improve with 95% intervals that exclude zero, and output throughput falls by no more than
+``max_throughput_drop_pct`` (20%). Over all concurrencies: ``beats`` (at every one), ``mixed``,
+or ``does not beat``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .stats import bootstrap_ci, pct_change
+
+METRICS = (("TTFT", 50), ("TTFT", 95), ("ITL", 50), ("ITL", 95), ("TPOT", 95), ("E2E", 95))
+
+
+@dataclass(frozen=True)
+class Rule:
+    max_throughput_drop_pct: float = 20.0
+    bootstrap: int = 1000
+    level: float = 0.95
+    seed: int = 0
+
+
+def request_groups(samples: pd.DataFrame, metric: str) -> list[list[np.ndarray]]:
+    """Per repeat, per request: the metric's samples (the bootstrap's resampling units)."""
+    rows = samples[samples["metric"] == metric]
+    return [[g["value_ms"].to_numpy() for _, g in rep.groupby("request_id")] for _, rep in rows.groupby("repeat")]
+
+
+def _quantile(q: float):
+    return lambda values: float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def throughput_ci(base: np.ndarray, cand: np.ndarray, n: int, rng: np.random.Generator, level: float):
+    point = pct_change(base.mean(), cand.mean())
+    if len(base) < 2 and len(cand) < 2:
+        return point, float("nan"), float("nan")
+    draws = [pct_change(rng.choice(base, len(base)).mean(), rng.choice(cand, len(cand)).mean()) for _ in range(n)]
+    alpha = (1 - level) / 2 * 100
+    low, high = np.nanpercentile(draws, [alpha, 100 - alpha])
+    return point, float(low), float(high)
+
+
+def compare(samples: pd.DataFrame, runs: pd.DataFrame, baseline: str, rule: Rule) -> pd.DataFrame:
+    """Tidy comparison: one row per candidate profile, concurrency and metric."""
+    rng = np.random.default_rng(rule.seed)
+    rows = []
+    for profile in sorted(set(samples["profile"]) - {baseline}):
+        for c in sorted(set(samples.loc[samples["profile"] == profile, "concurrency"])
+                        & set(samples.loc[samples["profile"] == baseline, "concurrency"])):
+            b = samples[(samples["profile"] == baseline) & (samples["concurrency"] == c)]
+            k = samples[(samples["profile"] == profile) & (samples["concurrency"] == c)]
+            for metric, q in METRICS:
+                bg, kg = request_groups(b, metric), request_groups(k, metric)
+                if not bg or not kg:
+                    continue
+                point, low, high = bootstrap_ci(bg, kg, _quantile(q), rule.bootstrap, rng, rule.level)
+                rows.append({"profile": profile, "concurrency": c, "metric": f"p{q}_{metric.lower()}_ms",
+                             "change_pct": point, "ci_low_pct": low, "ci_high_pct": high})
+            bt = runs[(runs["profile"] == baseline) & (runs["concurrency"] == c)]["output_tokens_per_s"].to_numpy()
+            kt = runs[(runs["profile"] == profile) & (runs["concurrency"] == c)]["output_tokens_per_s"].to_numpy()
+            point, low, high = throughput_ci(bt, kt, rule.bootstrap, rng, rule.level)
+            rows.append({"profile": profile, "concurrency": c, "metric": "output_tokens_per_s",
+                         "change_pct": point, "ci_low_pct": low, "ci_high_pct": high})
+    return pd.DataFrame(rows, columns=["profile", "concurrency", "metric", "change_pct", "ci_low_pct", "ci_high_pct"])
+
+
+def _improves(row: pd.Series | None) -> bool:
+    return row is not None and row["ci_high_pct"] < 0
+
+
+def verdicts(comparison: pd.DataFrame, rule: Rule) -> pd.DataFrame:
+    """One row per candidate and concurrency: beats or not, and why."""
+    rows = []
+    for (profile, c), g in comparison.groupby(["profile", "concurrency"]):
+        by = {r["metric"]: r for _, r in g.iterrows()}
+        ttft, itl, tput = by.get("p95_ttft_ms"), by.get("p95_itl_ms"), by.get("output_tokens_per_s")
+        reasons = []
+        if not _improves(ttft):
+            reasons.append("p95 TTFT does not improve with an interval excluding zero")
+        if not _improves(itl):
+            reasons.append("p95 ITL does not improve with an interval excluding zero")
+        if tput is None or not tput["change_pct"] >= -rule.max_throughput_drop_pct:
+            reasons.append(f"throughput falls more than {rule.max_throughput_drop_pct:g}%")
+        rows.append({"profile": profile, "concurrency": c, "beats": not reasons,
+                     "p95_ttft_change_pct": ttft["change_pct"] if ttft is not None else np.nan,
+                     "p95_itl_change_pct": itl["change_pct"] if itl is not None else np.nan,
+                     "throughput_change_pct": tput["change_pct"] if tput is not None else np.nan,
+                     "why": "; ".join(reasons) or "p95 TTFT and p95 ITL improve, throughput holds"})
+    return pd.DataFrame(rows, columns=["profile", "concurrency", "beats", "p95_ttft_change_pct",
+                                       "p95_itl_change_pct", "throughput_change_pct", "why"])
+
+
+def overall(per_level: pd.DataFrame) -> dict[str, str]:
+    """``beats`` at every concurrency, ``mixed`` at some, ``does not beat`` at none."""
+    result = {}
+    for profile, g in per_level.groupby("profile"):
+        result[profile] = "beats" if g["beats"].all() else "mixed" if g["beats"].any() else "does not beat"
+    return result

@@ -1,0 +1,101 @@
+"""Two labelled external sweeps against fake servers of known, different speeds, then the analysis."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import start_fake_server
+
+ROOT = Path(__file__).resolve().parents[3]
+LOAD = ["--", "--max-tokens", "10", "--prompt-tokens", "32", "--prompt-pool", "8"]
+
+
+def sweep(url, label, out, *extra):
+    proc = subprocess.run(["bash", str(ROOT / "launch" / "sweep.sh"), "--external-url", url, "--label", label,
+                           "--concurrency", "4", "--warmup", "1", "--duration", "6", "--repeats", "2",
+                           "--out", str(out), *(extra or LOAD)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def analyse(*args):
+    return subprocess.run([sys.executable, "-m", "analysis", *map(str, args), "--bootstrap", "300"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def two_speeds(tmp_path_factory):
+    out = tmp_path_factory.mktemp("speeds")
+    slow, fast = start_fake_server(), start_fake_server()
+    try:
+        slow.configure(ttft_ms=120, itl_ms=12, tokens=10)
+        fast.configure(ttft_ms=40, itl_ms=4, tokens=10)
+        sweep(slow.url, "baseline", out)
+        sweep(fast.url, "fast", out)
+    finally:
+        for s in (slow, fast):
+            s.proc.terminate()
+    return out
+
+
+def test_summary_numbers_match_the_servers_speeds(two_speeds):
+    proc = analyse(two_speeds)
+    assert proc.returncode == 0, proc.stderr
+    summary = pd.read_csv(two_speeds / "summary.csv").set_index("profile")
+    for profile, ttft, itl in (("baseline", 120, 12), ("fast", 40, 4)):
+        row = summary.loc[profile]
+        assert row["repeats"] == 2 and row["concurrency"] == 4 and row["failures"] == 0
+        assert abs(row["p50_ttft_ms"] - ttft) < 8, f"{profile} p50 TTFT {row['p50_ttft_ms']:.1f} vs {ttft}"
+        assert abs(row["p50_itl_ms"] - itl) < 2, f"{profile} p50 ITL {row['p50_itl_ms']:.1f} vs {itl}"
+        expected_rps = 4 / ((ttft + 9 * itl) / 1000)  # 4 closed-loop streams, 10 tokens each
+        assert abs(row["requests_per_s"] / expected_rps - 1) < 0.25, f"{profile} {row['requests_per_s']:.1f} req/s"
+        assert abs(row["output_tokens_per_s"] - 10 * row["requests_per_s"]) < 1e-6
+        assert row["requests"] == pytest.approx(row["requests_per_s"] * 6 * 2, rel=0.25)
+    assert set(summary.columns) >= {"p99_ttft_ms", "mean_itl_ms", "p95_tpot_ms", "p95_e2e_ms",
+                                    "max_num_requests_waiting", "mean_kv_cache_usage", "preemptions"}
+    assert "fast: beats baseline" in proc.stdout
+    verdict = pd.read_csv(two_speeds / "verdict.csv")
+    assert verdict["beats"].tolist() == [True] and verdict["p95_ttft_change_pct"].iloc[0] < -50
+    report = (two_speeds / "report.md").read_text()
+    assert "Release checklist" in report and "fast" in report
+    html = (two_speeds / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3, "self-contained: the plots are inlined"
+
+
+def test_gates_and_reverse_comparison(two_speeds):
+    reverse = analyse(two_speeds, "--baseline", "fast", "--fail-unless-beats")
+    assert reverse.returncode == 1 and "baseline: does not beat fast" in reverse.stdout
+    assert "gate failed" in reverse.stderr
+    assert analyse(two_speeds, "--slo-p95-ttft-ms", "90").returncode == 0, "fast's p95 TTFT is about 40 ms"
+    over = analyse(two_speeds, "--slo-p95-ttft-ms", "20")
+    assert over.returncode == 1 and "p95_ttft_ms" in over.stderr and "SLO 20" in over.stderr
+
+
+def test_bad_inputs_get_one_line(tmp_path, two_speeds):
+    for args, message in (((tmp_path / "nope",), "no such directory"),
+                          ((tmp_path,), "no finished runs"),
+                          ((two_speeds, "--baseline", "other"), "has no runs here")):
+        proc = analyse(*args)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    empty = tmp_path / "empty" / "x" / "c1" / "r1"
+    empty.mkdir(parents=True)
+    (empty / "run.json").write_text('{"profile": "x", "concurrency": 1, "repeat": 1}')
+    proc = analyse(tmp_path / "empty")
+    assert proc.returncode == 2 and "runs without samples: x/c1/r1" in proc.stderr
+
+
+def test_mixed_workloads_are_refused(two_speeds, tmp_path):
+    import shutil
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(two_speeds, mixed)
+    server = start_fake_server()
+    try:
+        server.configure(ttft_ms=10, itl_ms=1, tokens=20)
+        sweep(server.url, "longer", mixed, "--", "--max-tokens", "20", "--prompt-tokens", "32", "--prompt-pool", "8")
+    finally:
+        server.proc.terminate()
+    proc = analyse(mixed)
+    assert proc.returncode == 2 and "different workloads" in proc.stderr and "output tokens 20" in proc.stderr, proc.stderr
