@@ -49,7 +49,7 @@ class VllmServer:
         self.url, self.proc, self.log = url, proc, log
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     python = require_vllm()
     port = free_port()
