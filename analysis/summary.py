@@ -24,7 +24,7 @@ COLUMNS = [
 ]
 
 
-def run_throughput(requests: pd.DataFrame, samples: pd.DataFrame, duration_s: float) -> tuple[float, float]:
+def run_throughput(requests: pd.DataFrame, duration_s: float) -> tuple[float, float]:
     """(output tokens/s, requests/s) of one run over its measured duration."""
     ok = requests[requests["error"].isna()] if "error" in requests else requests
     if duration_s <= 0 or ok.empty:
@@ -44,7 +44,7 @@ def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame,
     for run_key, s in samples.groupby("run_key"):
         r = requests[requests["run_key"] == run_key]
         start, end = measured_window(s, r)
-        tok_s, req_s = run_throughput(r, s, durations.get(run_key, end - start))
+        tok_s, req_s = run_throughput(r, durations.get(run_key, end - start))
         srv = server_stats.run_server_stats(server_stats.window(server[server["run_key"] == run_key], start, end))
         rows.append({"run_key": run_key, "profile": s["profile"].iloc[0], "concurrency": int(s["concurrency"].iloc[0]),
                      "repeat": int(s["repeat"].iloc[0]), "output_tokens_per_s": tok_s, "requests_per_s": req_s,

@@ -4,7 +4,7 @@ No model hub is reachable from CI or from a laptop behind a proxy, so the suite 
 a Llama-shaped ``config.json`` and a byte-level BPE tokenizer trained here on seeded pseudo-words,
 with a chat template. The same seed gives the same vocabulary on every machine.
 
-Usage: python launch/make_tiny_model.py OUT_DIR [--vocab-size 4096]
+Usage: python launch/make_tiny_model.py OUT_DIR [--vocab-size 4096] [--shape tiny|qwen2.5-7b]
 """
 
 from __future__ import annotations
@@ -48,16 +48,20 @@ def train_tokenizer(vocab_size: int, seed: int) -> Tokenizer:
     return tok
 
 
-def model_config(vocab_size: int, max_len: int) -> dict:
+# Shapes: "tiny" for CPU tests; "qwen2.5-7b" is that model's shape (random weights), for GPU runs.
+SHAPES = {
+    "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=64, torch_dtype="float32"),
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, head_dim=128, torch_dtype="bfloat16"),
+}
+
+
+def model_config(vocab_size: int, max_len: int, shape: str = "tiny") -> dict:
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
-        "hidden_size": 128,
-        "intermediate_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 64,
+        **SHAPES[shape],
         "hidden_act": "silu",
         "max_position_embeddings": max_len,
         "rms_norm_eps": 1e-5,
@@ -66,11 +70,10 @@ def model_config(vocab_size: int, max_len: int) -> dict:
         "bos_token_id": 1,
         "eos_token_id": 2,
         "tie_word_embeddings": False,
-        "torch_dtype": "float32",
     }
 
 
-def write_model(out: Path, vocab_size: int = 4096, max_len: int = 4096, seed: int = 0) -> Path:
+def write_model(out: Path, vocab_size: int = 4096, max_len: int = 4096, seed: int = 0, shape: str = "tiny") -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tok = train_tokenizer(vocab_size, seed)
     tok.save(str(out / "tokenizer.json"))
@@ -83,7 +86,7 @@ def write_model(out: Path, vocab_size: int = 4096, max_len: int = 4096, seed: in
         "model_max_length": max_len,
         "chat_template": CHAT_TEMPLATE,
     }, indent=2))
-    (out / "config.json").write_text(json.dumps(model_config(tok.get_vocab_size(), max_len), indent=2))
+    (out / "config.json").write_text(json.dumps(model_config(tok.get_vocab_size(), max_len, shape), indent=2))
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     return out
 
@@ -94,8 +97,9 @@ def main() -> None:
     parser.add_argument("--vocab-size", type=int, default=4096)
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     args = parser.parse_args()
-    print(write_model(args.out_dir, args.vocab_size, args.max_model_len, args.seed))
+    print(write_model(args.out_dir, args.vocab_size, args.max_model_len, args.seed, args.shape))
 
 
 if __name__ == "__main__":

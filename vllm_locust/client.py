@@ -70,6 +70,13 @@ def describe_error(err: BaseException, read_timeout_s: float | None = None) -> s
     return f"malformed chunk: {type(err).__name__}: {err}".splitlines()[0]
 
 
+def require_host(host: str | None) -> str:
+    """The host, or a one-line reason to stop."""
+    if not host:
+        raise ServerCheckError("no host: pass --host http://127.0.0.1:8000 (or set it in the web UI)")
+    return host
+
+
 def served_models(host: str, api_key: str = "", timeout_s: float = 10.0) -> list[str]:
     """Ids from ``GET /v1/models``; raises ``ServerCheckError`` with a one-line reason."""
     url = api_base(host) + "/models"

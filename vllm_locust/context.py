@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import gevent.lock
 
-from .client import ServerCheckError, resolve_model
+from .client import require_host, resolve_model
 from .options import workload_spec
 from .tokencount import LocalTokenCounter, WordCounter, server_counter_or_none
 from .workloads import Prompt, WorkloadSpec, load_or_build
@@ -53,9 +53,7 @@ def context_key(environment) -> tuple:
 
 def build_context(environment) -> LoadContext:
     o = environment.parsed_options
-    host = environment.host
-    if not host:
-        raise ServerCheckError("no host: pass --host http://127.0.0.1:8000 (or set it in the web UI)")
+    host = require_host(environment.host)
     model = o.model or resolve_model(host, "", o.api_key)
     spec = workload_spec(o)
     counter = server_counter_or_none(host, model, o.api_key)

@@ -14,7 +14,7 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from . import runstate
-from .client import ServerCheckError, resolve_model
+from .client import ServerCheckError, require_host, resolve_model
 from .options import add_options
 from .recorder import SampleRecorder
 
@@ -60,9 +60,7 @@ def _on_test_start(environment, **_kwargs):
     if not isinstance(environment.runner, WorkerRunner):
         # The deciding process checks the server once; workers get the model with each spawn.
         try:
-            if not environment.host:
-                raise ServerCheckError("no host: pass --host http://127.0.0.1:8000 (or set it in the web UI)")
-            options.model = resolve_model(environment.host, options.model, options.api_key)
+            options.model = resolve_model(require_host(environment.host), options.model, options.api_key)
         except ServerCheckError as err:
             _fail_run(environment, str(err))
             return

@@ -38,8 +38,7 @@ class Reporter:
         self.environment = environment
         self.recorder = recorder
 
-    def sample(self, info: RequestInfo, metric: str, value_ms: float, end_perf_s: float,
-               length: int = 1, exception: Exception | None = None) -> None:
+    def sample(self, info: RequestInfo, metric: str, value_ms: float, end_perf_s: float, length: int = 1) -> None:
         if self.recorder is not None:
             self.recorder.sample({
                 "run_id": info.run_id, "worker_id": info.worker_id, "request_id": info.request_id,
@@ -47,7 +46,7 @@ class Reporter:
                 "phase": info.phase, "concurrency": info.concurrency, "step": info.step,
             })
         if info.phase == MEASURED:
-            self.fire(info, metric, value_ms, length, exception)
+            self.fire(info, metric, value_ms, length, None)
 
     def failure(self, info: RequestInfo, elapsed_ms: float, exception: Exception) -> None:
         """A failed request: an ``E2E`` failure in Locust; its earlier samples stand as reported."""

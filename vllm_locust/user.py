@@ -6,7 +6,9 @@ import itertools
 import logging
 import time
 
+import gevent
 from locust import User, constant, task
+from locust.runners import WorkerRunner
 from locust.exception import StopUser
 
 from .client import RequestFailure, ServerCheckError, describe_error, make_client
@@ -70,7 +72,7 @@ class ChatStreamUser(User):
         try:
             ctx = get_context(self.environment)
         except (ServerCheckError, ValueError, OSError) as err:
-            logger.error("cannot start the workload: %s", err)
+            stop_for_workload(self.environment, err)
             raise StopUser() from None
         client = self._client_for(ctx)
         create = client.completions.create if ctx.spec.endpoint == "completions" else client.chat.completions.create
@@ -125,6 +127,16 @@ class ChatStreamUser(User):
             "error": "" if error is None else str(error),
             "phase": info.phase, "concurrency": info.concurrency, "step": info.step,
         })
+
+
+def stop_for_workload(environment, err: Exception) -> None:
+    """One line per process, not per user, then stop this process's run with exit code 2."""
+    if getattr(environment, "vllm_workload_error", None) is None:
+        environment.vllm_workload_error = str(err)
+        logger.error("cannot build the workload: %s", err)
+        environment.process_exit_code = 2
+        if environment.runner is not None and not isinstance(environment.runner, WorkerRunner):
+            gevent.spawn_later(0, environment.runner.quit)
 
 
 def rounded(value: float | None) -> float | None:

@@ -152,3 +152,17 @@ def test_read_timeout_is_reported_as_timeout(fake_server, tmp_path):
     env, fired = make_env(fake_server.url, tmp_path, read_timeout=0.3, max_tokens=2)
     run_requests(env)
     assert str(fired[0]["exception"]) == "timeout: no bytes for 0.3 s (--read-timeout)"
+
+
+def test_a_workload_that_cannot_be_built_stops_users_with_one_line(fake_server, tmp_path, caplog):
+    from locust.exception import StopUser
+
+    env, fired = make_env(fake_server.url, tmp_path, prompt_tokens=1)  # the chat template alone is longer
+    users = [ChatStreamUser(env) for _ in range(3)]
+    for user in users:
+        user.on_start()
+        with pytest.raises(StopUser):
+            user.stream_completion()
+    errors = [r for r in caplog.records if "cannot build the workload" in r.getMessage()]
+    assert len(errors) == 1 and "more than the 1 asked for" in errors[0].getMessage(), "one line for the process"
+    assert env.process_exit_code == 2 and fired == []
