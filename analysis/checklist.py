@@ -14,6 +14,25 @@ def _max_model_len(run: Run) -> int | None:
     return None
 
 
+def _locust_cpu_warned(run: Run) -> bool:
+    """Locust logs 'CPU usage above 90%' (or 'exceeded') when its process cannot keep up."""
+    return any("CPU usage" in log.read_text(errors="replace") for log in run.dir.glob("locust*.log"))
+
+
+def _prefix_hit_rate(run: Run) -> float:
+    m = run.metrics
+    if m.empty:
+        return 0.0
+    from .stats import counter_increase
+
+    def increase(name):
+        rows = m[m["name"] == name]
+        return sum(counter_increase(g.sort_values("t_s")["value"]) for _, g in rows.groupby("labels"))
+
+    queries = increase("vllm:prefix_cache_queries_total")
+    return increase("vllm:prefix_cache_hits_total") / queries if queries > 0 else 0.0
+
+
 def checklist(runs: list[Run], requests: pd.DataFrame) -> list[tuple[str, bool | None, str]]:
     """``(item, ok, facts)``; ok is None where the facts cannot settle it."""
     items = []
@@ -42,6 +61,16 @@ def checklist(runs: list[Run], requests: pd.DataFrame) -> list[tuple[str, bool |
                   + (f" (external, not restarted by the sweep: {', '.join(external)})" if external else "")))
     repeats = sorted({int(r.record.get("repeat", 1)) for r in runs})
     items.append(("Three or more repeats per point", max(repeats) >= 3, f"{max(repeats)} repeat(s) per point"))
+    saturated = [r.run_key for r in runs if _locust_cpu_warned(r)]
+    items.append(("Load generator kept up (no Locust CPU warning)", not saturated,
+                  "no warnings" if not saturated else
+                  f"CPU warning in {', '.join(saturated)}: chunks queued in the client, so its ITL there is not "
+                  "the server's; rerun with more --workers"))
+    cached = [r.run_key for r in runs if _prefix_hit_rate(r) > 0.1 and "shared-prefix" not in set(r.requests.get("workload", []))]
+    items.append(("Prompts did not repeat into the prefix cache", not cached,
+                  "hit rate under 10% in every run" if not cached else
+                  f"prefix-cache hit rate over 10% in {', '.join(cached)}: the prompt pool recycled within a run; "
+                  "raise --prompt-pool above the requests a run sends"))
     failures = int(requests["error"].notna().sum()) if "error" in requests else 0
     items.append(("No failed requests", failures == 0, f"{failures} failed of {len(requests)}"))
     return items

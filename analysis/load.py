@@ -49,6 +49,9 @@ def read_run(directory: Path) -> Run:
     metrics = pd.read_csv(metrics_file) if metrics_file.exists() and metrics_file.stat().st_size else pd.DataFrame()
     manifest = {}
     server_dir = Path(record.get("server_dir") or "")
+    if not (server_dir / "manifest.json").exists():
+        # Runs copied from another host keep their layout, not their absolute paths.
+        server_dir = directory.parent.parent / server_dir.name
     if (server_dir / "manifest.json").exists():
         manifest = json.loads((server_dir / "manifest.json").read_text())
     return Run(directory, record, samples, requests, metrics, manifest)

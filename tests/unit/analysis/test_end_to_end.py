@@ -99,3 +99,26 @@ def test_mixed_workloads_are_refused(two_speeds, tmp_path):
         server.proc.terminate()
     proc = analyse(mixed)
     assert proc.returncode == 2 and "different workloads" in proc.stderr and "output tokens 20" in proc.stderr, proc.stderr
+
+
+def test_checklist_flags_a_saturated_client_and_relocated_runs_keep_manifests(two_speeds, tmp_path):
+    import json
+    import shutil
+
+    from analysis.load import read_run
+
+    moved = tmp_path / "moved"
+    shutil.copytree(two_speeds, moved)
+    run = moved / "fast" / "c4" / "r1"
+    record = json.loads((run / "run.json").read_text())
+    record["server_dir"] = "/elsewhere/on/another/host/" + Path(record["server_dir"]).name
+    (run / "run.json").write_text(json.dumps(record))
+    assert read_run(run).manifest["label"] == "fast", "manifest found by layout when the absolute path is gone"
+    with open(run / "locust.log", "a") as log:
+        log.write("[2026-12-02 16:17:25,177] vm/WARNING/root: CPU usage above 90%! This may constrain ...\n")
+    proc = analyse(moved)
+    assert proc.returncode == 0, proc.stderr
+    report = (moved / "report.md").read_text()
+    assert "- [ ] Load generator kept up (no Locust CPU warning): CPU warning in fast/c4/r1" in report
+    clean = (two_speeds / "report.md").read_text()
+    assert "- [x] Load generator kept up (no Locust CPU warning): no warnings" in clean
