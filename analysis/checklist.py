@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .load import Run
+from .server import increase
 
 
 def _max_model_len(run: Run) -> int | None:
@@ -20,17 +21,10 @@ def _locust_cpu_warned(run: Run) -> bool:
 
 
 def _prefix_hit_rate(run: Run) -> float:
-    m = run.metrics
-    if m.empty:
+    if run.metrics.empty:
         return 0.0
-    from .stats import counter_increase
-
-    def increase(name):
-        rows = m[m["name"] == name]
-        return sum(counter_increase(g.sort_values("t_s")["value"]) for _, g in rows.groupby("labels"))
-
-    queries = increase("vllm:prefix_cache_queries_total")
-    return increase("vllm:prefix_cache_hits_total") / queries if queries > 0 else 0.0
+    queries = increase(run.metrics, "vllm:prefix_cache_queries_total")
+    return increase(run.metrics, "vllm:prefix_cache_hits_total") / queries if queries > 0 else 0.0
 
 
 def checklist(runs: list[Run], requests: pd.DataFrame) -> list[tuple[str, bool | None, str]]:

@@ -33,7 +33,7 @@ def _series(server: pd.DataFrame, name: str) -> pd.Series:
     return rows.groupby("t_s")["value"].sum().sort_index()
 
 
-def _increase(server: pd.DataFrame, name: str) -> float:
+def increase(server: pd.DataFrame, name: str) -> float:
     rows = server[server["name"] == name]
     return float(sum(counter_increase(g.sort_values("t_s")["value"]) for _, g in rows.groupby("labels")))
 
@@ -75,12 +75,12 @@ def run_server_stats(server: pd.DataFrame) -> dict:
         out[key] = float(s.max()) if len(s) else float("nan")
     kv = _series(server, "vllm:kv_cache_usage_perc")
     out["mean_kv_cache_usage"] = float(kv.mean()) if len(kv) else float("nan")
-    out["preemptions"] = _increase(server, "vllm:num_preemptions_total") if len(server) else float("nan")
-    hits, queries = _increase(server, "vllm:prefix_cache_hits_total"), _increase(server, "vllm:prefix_cache_queries_total")
+    out["preemptions"] = increase(server, "vllm:num_preemptions_total") if len(server) else float("nan")
+    hits, queries = increase(server, "vllm:prefix_cache_hits_total"), increase(server, "vllm:prefix_cache_queries_total")
     out["prefix_cache_hit_rate"] = hits / queries if queries > 0 else float("nan")
     for key, name in HISTOGRAM_MEANS.items():
-        count = _increase(server, name + "_count")
-        out[key] = _increase(server, name + "_sum") / count * 1000.0 if count > 0 else float("nan")
+        count = increase(server, name + "_count")
+        out[key] = increase(server, name + "_sum") / count * 1000.0 if count > 0 else float("nan")
     for key, name in HISTOGRAM_P95.items():
         out[key] = histogram_quantile(server, name, 0.95)
     return out
