@@ -6,6 +6,7 @@ import pandas as pd
 
 from .load import Run
 from .server import increase
+from .tidy import succeeded
 
 
 def _max_model_len(run: Run) -> int | None:
@@ -35,7 +36,7 @@ def checklist(runs: list[Run], requests: pd.DataFrame) -> list[tuple[str, bool |
     torch = sorted({str(r.manifest.get("versions", {}).get("torch")) for r in runs if r.manifest})
     items.append(("Pinned versions recorded", len(vllm) == 1 and "external/unknown" not in vllm,
                   f"vLLM {', '.join(vllm)}; torch {', '.join(torch) or 'n/a'}; locust {', '.join(locust)}"))
-    ok = requests[requests["error"].isna()] if "error" in requests else requests
+    ok = succeeded(requests)
     longest = int((ok["prompt_tokens"] + ok["completion_tokens"]).max()) if len(ok) else 0
     limits = sorted({m for m in (_max_model_len(r) for r in runs) if m})
     items.append(("max-model-len covers the observed lengths", (min(limits) >= longest) if limits else None,
@@ -65,6 +66,6 @@ def checklist(runs: list[Run], requests: pd.DataFrame) -> list[tuple[str, bool |
                   "hit rate under 10% in every run" if not cached else
                   f"prefix-cache hit rate over 10% in {', '.join(cached)}: the prompt pool recycled within a run; "
                   "raise --prompt-pool above the requests a run sends"))
-    failures = int(requests["error"].notna().sum()) if "error" in requests else 0
+    failures = len(requests) - len(succeeded(requests))
     items.append(("No failed requests", failures == 0, f"{failures} failed of {len(requests)}"))
     return items

@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .server import series  # noqa: E402
+
 SUMMARY_SHOWN = ["profile", "concurrency", "repeats", "requests", "failures", "p50_ttft_ms", "p95_ttft_ms",
                  "p99_ttft_ms", "p50_itl_ms", "p95_itl_ms", "p99_itl_ms", "p95_tpot_ms", "output_tokens_per_s",
                  "requests_per_s", "max_num_requests_waiting", "mean_kv_cache_usage", "preemptions"]
@@ -56,12 +58,12 @@ def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFram
         t0 = run["window_start_s"]
         srv = server[server["run_key"] == run["run_key"]]
         for name, label in (("vllm:num_requests_waiting", "waiting"), ("vllm:num_requests_running", "running")):
-            s = srv[srv["name"] == name].groupby("t_s")["value"].sum()
+            s = series(srv, name)
             ax.step(s.index - t0, s.values, where="post", label=label)
         ax.set(xlabel="seconds into the measured window", ylabel="requests",
                title=f"{run['profile']} c={run['concurrency']} r={run['repeat']}")
         right = ax.twinx()
-        kv = srv[srv["name"] == "vllm:kv_cache_usage_perc"].groupby("t_s")["value"].sum()
+        kv = series(srv, "vllm:kv_cache_usage_perc")
         right.plot(kv.index - t0, kv.values * 100, color="tab:green", lw=1, label="KV cache %")
         ttft = samples[(samples["run_key"] == run["run_key"]) & (samples["metric"] == "TTFT")]
         right.scatter(ttft["t_s"] - t0, ttft["value_ms"], s=6, color="tab:red", label="client TTFT ms")

@@ -27,7 +27,7 @@ HISTOGRAM_P95 = {"server_p95_ttft_ms": "vllm:time_to_first_token_seconds",
                  "server_p95_itl_ms": "vllm:inter_token_latency_seconds"}
 
 
-def _series(server: pd.DataFrame, name: str) -> pd.Series:
+def series(server: pd.DataFrame, name: str) -> pd.Series:
     """Value over time of one sample name, summed over its label sets."""
     rows = server[server["name"] == name]
     return rows.groupby("t_s")["value"].sum().sort_index()
@@ -71,9 +71,9 @@ def run_server_stats(server: pd.DataFrame) -> dict:
     """One run's server-side figures; NaN where the server does not export a series."""
     out: dict[str, float] = {}
     for key, name in GAUGE_MAX.items():
-        s = _series(server, name)
+        s = series(server, name)
         out[key] = float(s.max()) if len(s) else float("nan")
-    kv = _series(server, "vllm:kv_cache_usage_perc")
+    kv = series(server, "vllm:kv_cache_usage_perc")
     out["mean_kv_cache_usage"] = float(kv.mean()) if len(kv) else float("nan")
     out["preemptions"] = increase(server, "vllm:num_preemptions_total") if len(server) else float("nan")
     hits, queries = increase(server, "vllm:prefix_cache_hits_total"), increase(server, "vllm:prefix_cache_queries_total")

@@ -11,6 +11,7 @@ import pandas as pd
 
 from . import server as server_stats
 from .stats import percentiles
+from .tidy import succeeded
 
 COLUMNS = [
     "profile", "concurrency", "repeats", "requests", "failures",
@@ -26,7 +27,7 @@ COLUMNS = [
 
 def run_throughput(requests: pd.DataFrame, duration_s: float) -> tuple[float, float]:
     """(output tokens/s, requests/s) of one run over its measured duration."""
-    ok = requests[requests["error"].isna()] if "error" in requests else requests
+    ok = succeeded(requests)
     if duration_s <= 0 or ok.empty:
         return float("nan"), float("nan")
     tokens = ok["completion_tokens"].fillna(ok["content_chunks"]).sum()
@@ -58,7 +59,7 @@ def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame)
         r = requests[(requests["profile"] == profile) & (requests["concurrency"] == concurrency)]
         per = runs[(runs["profile"] == profile) & (runs["concurrency"] == concurrency)]
         row = {"profile": profile, "concurrency": int(concurrency), "repeats": int(per["repeat"].nunique()),
-               "requests": int(len(r)), "failures": int(r["error"].notna().sum()) if "error" in r else 0}
+               "requests": int(len(r)), "failures": len(r) - len(succeeded(r))}
         for metric, qs in (("ttft", (50, 95, 99)), ("itl", (50, 95, 99)), ("tpot", (50, 95)), ("e2e", (50, 95))):
             values = s.loc[s["metric"] == metric.upper(), "value_ms"].to_numpy()
             for q, v in percentiles(values, qs).items():

@@ -24,6 +24,11 @@ def measured(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["phase"] == "measured"] if "phase" in frame else frame
 
 
+def succeeded(requests: pd.DataFrame) -> pd.DataFrame:
+    """Requests without an error (the recorder leaves ``error`` empty on success)."""
+    return requests[requests["error"].isna()] if "error" in requests else requests
+
+
 def tidy_samples(runs: list[Run]) -> pd.DataFrame:
     cols = [*ID_COLUMNS, "worker_id", "request_id", "metric", "value_ms", "t_s"]
     return pd.concat([_with_ids(measured(r.samples), r)[cols] for r in runs], ignore_index=True)
@@ -46,7 +51,7 @@ def workload_of(run: Run) -> tuple:
     req = measured(run.requests)
     if req.empty:
         return ()
-    ok = req[req["error"].isna()] if "error" in req else req
+    ok = succeeded(req)
     lengths = tuple(sorted(set(zip(ok["prompt_kind"], ok["prompt_tokens"].dropna().astype(int))))) if len(ok) else ()
     outputs = tuple(sorted(set(ok["completion_tokens"].dropna().astype(int)))) if len(ok) else ()
     return (tuple(sorted(set(req["endpoint"]))), tuple(sorted(set(req["workload"]))), lengths, outputs)

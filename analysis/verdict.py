@@ -37,13 +37,11 @@ def _quantile(q: float):
 
 
 def throughput_ci(base: np.ndarray, cand: np.ndarray, n: int, rng: np.random.Generator, level: float):
-    point = pct_change(base.mean(), cand.mean())
+    """Percent change of mean throughput; the interval resamples runs (NaN with one run a side)."""
     if len(base) < 2 and len(cand) < 2:
-        return point, float("nan"), float("nan")
-    draws = [pct_change(rng.choice(base, len(base)).mean(), rng.choice(cand, len(cand)).mean()) for _ in range(n)]
-    alpha = (1 - level) / 2 * 100
-    low, high = np.nanpercentile(draws, [alpha, 100 - alpha])
-    return point, float(low), float(high)
+        return pct_change(base.mean(), cand.mean()), float("nan"), float("nan")
+    as_groups = lambda values: [[np.array([v]) for v in values]]  # noqa: E731 (one run = one unit)
+    return bootstrap_ci(as_groups(base), as_groups(cand), np.mean, n, rng, level)
 
 
 def compare(samples: pd.DataFrame, runs: pd.DataFrame, baseline: str, rule: Rule) -> pd.DataFrame:
