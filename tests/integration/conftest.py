@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -51,32 +50,25 @@ class VllmServer:
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
+    """``launch/serve.sh baseline-cpu``, as a user starts it: healthy and smoke-tested once its
+    manifest exists; SIGTERM makes serve.sh stop vLLM's process group."""
     python = require_vllm()
     port = free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="auto", VLLM_SERVER_DEV_MODE="1")
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL_DIR),
-           "--served-model-name", "tiny", "--load-format", "dummy", "--dtype", "float32",
-           "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(port)]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    run_dir = tmp_path_factory.mktemp("vllm")
+    env = dict(os.environ, PORT=str(port), VLLM_PYTHON=python)
+    with open(run_dir / "serve.log", "w") as out:
+        proc = subprocess.Popen(["bash", str(ROOT / "launch" / "serve.sh"), "baseline-cpu", "--run-dir", str(run_dir)],
+                                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = time.time() + 300
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"vLLM exited with {proc.returncode}:\n" + "".join(log.read_text().splitlines(True)[-30:]))
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2):
-                break
-        except OSError:
-            time.sleep(1)
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("vLLM did not become healthy in 300 s")
-    yield VllmServer(url, proc, log)
+    while not (run_dir / "manifest.json").exists():
+        if proc.poll() is not None or time.time() > deadline:
+            os.killpg(proc.pid, signal.SIGTERM)
+            pytest.fail("serve.sh baseline-cpu did not come up:\n" + (run_dir / "serve.log").read_text()[-3000:])
+        time.sleep(1)
+    yield VllmServer(f"http://127.0.0.1:{port}", proc, run_dir / "server.log")
     os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
 
