@@ -6,8 +6,12 @@
 All options: ``locust -f locustfile.py --help`` (group "vllm-locust" in the README).
 """
 
-from vllm_locust import hooks  # noqa: F401  (registers the event listeners)
-from vllm_locust.shapes import steps_shape_if_requested
+from locust import events
+
+from vllm_locust.options import add_options
+from vllm_locust.plugin import VllmPlugin
+from vllm_locust.shapes import ConcurrencySteps  # noqa: F401  (used only when --steps is set)
 from vllm_locust.user import ChatStreamUser  # noqa: F401
 
-ConcurrencySteps = steps_shape_if_requested()
+events.init_command_line_parser.add_listener(add_options)
+events.init.add_listener(VllmPlugin.on_init)

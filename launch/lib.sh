@@ -1,4 +1,4 @@
-# Functions shared by serve.sh and sweep.sh. Source it; it defines, it runs nothing.
+# Functions of serve.sh (launch/sweep.py starts servers through serve.sh). Source it; it defines, it runs nothing.
 # Profiles are key=value lines, parsed here, never sourced or evaluated.
 
 LAUNCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,7 +20,7 @@ list_profiles() {
 }
 
 # read_profile NAME: fills P_KEYS (flag keys in first-seen order), P_VALUES (key -> value, later
-# lines win), P_ENV (env.NAME=value) and P_SWEEP (sweep.setting=value, for sweep.sh only).
+# lines win), P_ENV (env.NAME=value) and P_SWEEP (sweep.setting=value, for launch/sweep.py only).
 # include=OTHER reads OTHER first, in place.
 read_profile() {
   P_KEYS=(); declare -gA P_VALUES=() P_ENV=() P_SWEEP=()
@@ -88,10 +88,6 @@ print_command() {
   printf '%q ' env "${SERVER_ENV[@]}" "${SERVER_CMD[@]}"; echo
 }
 
-# sweep_setting NAME DEFAULT: a profile's sweep.NAME, or DEFAULT.
-sweep_setting() { echo "${P_SWEEP[$1]:-$2}"; }
-
-free_port() { "$SUITE_PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 check_flags() {
   [[ -x "$VLLM_PY" ]] || die "no vLLM python at $VLLM_PY: run launch/setup.sh or set VLLM_PYTHON"
@@ -153,5 +149,5 @@ stop_server() {
 write_manifest() {
   "$VLLM_PY" "$LAUNCH_DIR/manifest.py" --out "$1/manifest.json" --profile "$PROFILE" \
     --url "$SERVER_URL" --model "$SERVED_MODEL" --started-at "$SERVER_STARTED_AT" \
-    --seconds-to-healthy "${SECONDS_TO_HEALTHY:-}" --server-env "${SERVER_ENV[@]}" -- "${SERVER_CMD[@]}"
+    --seconds-to-healthy "${SECONDS_TO_HEALTHY:-}" --pid "${SERVER_PID:-}" --server-env "${SERVER_ENV[@]}" -- "${SERVER_CMD[@]}"
 }

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Start vLLM with a profile, wait until healthy, smoke-test it, keep it up until Ctrl-C.
-# Usage: bash launch/serve.sh PROFILE [--dry-run] [--check] [--run-dir DIR]
-#   --dry-run  print the exact command line and exit 0
-#   --check    check every flag against the installed vLLM's parser and exit
+# Usage: bash launch/serve.sh PROFILE [--dry-run] [--check] [--sweep-settings] [--run-dir DIR]
+#   --dry-run         print the exact command line and exit 0
+#   --check           check every flag against the installed vLLM's parser and exit
+#   --sweep-settings  print the profile's sweep.NAME=value lines (for launch/sweep.py) and exit
 # Environment: MODEL, SERVED_MODEL_NAME, TP, HOST (default 127.0.0.1), PORT (default 8000), VLLM_PYTHON.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-profile= dry_run= check_only= run_dir=
+profile= dry_run= check_only= run_dir= sweep_settings=
 while (( $# )); do
   case "$1" in
     --dry-run) dry_run=1 ;;
     --check) check_only=1 ;;
+    --sweep-settings) sweep_settings=1 ;;
     --run-dir) run_dir=${2:?--run-dir needs a directory}; shift ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) [[ -z "$profile" ]] || die "one profile at a time"; profile=$1 ;;
   esac
@@ -21,6 +23,11 @@ while (( $# )); do
 done
 [[ -n "$profile" ]] || die "usage: serve.sh PROFILE [--dry-run] [--check]; profiles: $(list_profiles)"
 
+if [[ -n "$sweep_settings" ]]; then
+  read_profile "$profile"
+  for key in "${!P_SWEEP[@]}"; do printf '%s=%s\n' "$key" "${P_SWEEP[$key]}"; done
+  exit 0
+fi
 build_command "$profile"
 if [[ -n "$dry_run" ]]; then print_command; exit 0; fi
 check_flags

@@ -1,4 +1,4 @@
-"""Shared fixtures: the exact-timing fake server, in its own process."""
+"""Shared fixtures: the package's exact-timing mock server (``vllm_locust.mockserver``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import json
-import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,46 +16,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-class FakeServer:
-    """Handle on a running ``tests/fakeserver.py``."""
-
-    def __init__(self, port: int, proc: subprocess.Popen):
-        self.port = port
-        self.proc = proc
-        self.url = f"http://127.0.0.1:{port}"
-
-    def _call(self, path: str, payload: dict | None = None) -> dict:
-        data = None if payload is None else json.dumps(payload).encode()
-        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())
-
-    def configure(self, **config) -> dict:
-        """Set the script (and clear the log)."""
-        base = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model"}
-        return self._call("/_config", {**base, **config})
-
-    def log(self) -> list[dict]:
-        return self._call("/_log")["requests"]
+from vllm_locust.mockserver import start_process  # noqa: E402
 
 
-def start_fake_server(*args: str) -> FakeServer:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fakeserver.py"), "--port", "0", *args],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("PORT "):
-        proc.kill()
-        raise RuntimeError(f"fake server did not start: {line!r}")
-    return FakeServer(int(line.split()[1]), proc)
+def start_fake_server(*args: str):
+    """The mock server in its own process: e2e tests, where its clock must not share our CPU."""
+    return start_process(*args)
 
 
 @pytest.fixture(scope="session")
 def fake_server_session():
-    server = start_fake_server()
+    server = start_process()
     yield server
-    server.proc.terminate()
-    server.proc.wait(timeout=10)
+    server.stop()
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx2
 import openai
 import requests
@@ -54,20 +56,33 @@ def server_message(body) -> str:
     return str(body) if body else ""
 
 
+SERVER_SIDE = (StreamError, openai.APIError, httpx2.TransportError, json.JSONDecodeError)
+
+
+def is_client_error(err: BaseException) -> bool:
+    """True when the fault is ours (a bug, a full disk), not the server's or the network's."""
+    return not isinstance(err, SERVER_SIDE)
+
+
 def describe_error(err: BaseException, read_timeout_s: float | None = None) -> str:
-    """One line that says what went wrong with a request."""
+    """One line that says what went wrong with a request, and whose fault it was."""
     if isinstance(err, StreamError):
         return str(err)
     if isinstance(err, openai.APIStatusError):
         return f"HTTP {err.status_code}: {server_message(err.body) or err.message}"
-    if isinstance(err, openai.APITimeoutError):
+    if isinstance(err, (openai.APITimeoutError, httpx2.TimeoutException)):
         return f"timeout: no bytes for {read_timeout_s:g} s (--read-timeout)" if read_timeout_s else "timeout"
     if isinstance(err, openai.APIConnectionError):
         cause = err.__cause__ or err.__context__
         return f"connection failed: {type(cause).__name__ if cause else 'error'}: {cause or err}".splitlines()[0]
+    if isinstance(err, httpx2.TransportError):
+        # Raised by the body stream itself (the SDK does not wrap errors after the headers).
+        return f"connection lost mid-stream: {type(err).__name__}: {err}".splitlines()[0]
     if isinstance(err, openai.APIError):
         return f"server error in stream: {server_message(err.body) or err.message}"
-    return f"malformed chunk: {type(err).__name__}: {err}".splitlines()[0]
+    if isinstance(err, json.JSONDecodeError):
+        return f"malformed chunk: not JSON ({err.msg})"
+    return f"client error (not the server's): {type(err).__name__}: {err}".splitlines()[0]
 
 
 def require_host(host: str | None) -> str:

@@ -1,8 +1,8 @@
 """Per-process load context: model, workload prompts and request settings, built once and shared.
 
 Every user of a process draws prompts from one context, in one fixed cycle, so a run's requests
-are the same on every profile. Built lazily under a lock (the first user waits for it), rebuilt
-when the options change between web UI runs.
+are the same on every profile. The plugin builds it lazily under a lock (the first user waits for
+it) and rebuilds it when the options change between web UI runs.
 """
 
 from __future__ import annotations
@@ -11,15 +11,12 @@ import itertools
 import logging
 from dataclasses import dataclass
 
-import gevent.lock
-
 from .client import require_host, resolve_model
 from .options import workload_spec
 from .tokencount import LocalTokenCounter, WordCounter, server_counter_or_none
 from .workloads import Prompt, WorkloadSpec, load_or_build
 
 logger = logging.getLogger(__name__)
-_lock = gevent.lock.Semaphore()
 PROMPT_STRIDE = 7919  # a prime: workers start far apart in the prompt cycle
 
 
@@ -67,14 +64,3 @@ def build_context(environment) -> LoadContext:
     index = getattr(environment.runner, "worker_index", 0) or 0
     ctx.offset = (index * PROMPT_STRIDE) % len(prompts)
     return ctx
-
-
-def get_context(environment) -> LoadContext:
-    """The process's context, building (or rebuilding) it when needed."""
-    with _lock:
-        ctx = getattr(environment, "vllm_context", None)
-        if ctx is None or ctx.key != context_key(environment):
-            ctx = environment.vllm_context = build_context(environment)
-            logger.info("workload %s: %d prompts of %s tokens for model %s",
-                        ctx.spec.name, len(ctx.prompts), sorted({p.prompt_tokens for p in ctx.prompts}), ctx.model)
-        return ctx

@@ -9,19 +9,17 @@
 - TPOT: ``(E2E - TTFT) / (output_tokens - 1)``; the first token is left out because TTFT owns it.
   Undefined for a single-token output.
 
-All values are milliseconds. Times in are ``time.perf_counter()`` seconds. Stdlib only: the user,
-the recorder and ``analysis/`` all import this module, and nothing else computes a metric.
+All values are milliseconds. Times in are ``time.perf_counter()`` seconds. Stdlib only.
+``StreamTimer`` is the one calculation: the user feeds it arrivals as they come and fires what it
+returns as live Locust events; the request row is built from the same object when the stream ends.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-TTFT = "TTFT"
-ITL = "ITL"
-TPOT = "TPOT"
-E2E = "E2E"
-METRIC_NAMES = (TTFT, ITL, TPOT, E2E)
+from .schema import E2E, ITL, METRIC_NAMES, TPOT, TTFT  # noqa: F401  (re-exported names)
+
 UNIT = "ms"
 
 
@@ -64,3 +62,47 @@ def request_metrics(sent_at_s: float, content_times_s: list[float], output_token
     e2e = ms_between(sent_at_s, content_times_s[-1])
     tokens = output_tokens if output_tokens is not None else len(content_times_s)
     return RequestMetrics(ttft_ms=ttft, itl_ms=gaps_ms(content_times_s), e2e_ms=e2e, tpot_ms=tpot_ms(e2e, ttft, tokens))
+
+
+class StreamTimer:
+    """One request's metrics, computed incrementally as content chunks arrive.
+
+    ``content(t)`` returns the sample that arrival completes: ``(TTFT, ms)`` for the first content
+    chunk, ``(ITL, ms)`` for each later one. ``finish(output_tokens)`` returns the request's
+    ``RequestMetrics`` (E2E and TPOT) from the same instants, so live events and rows cannot differ.
+    """
+
+    __slots__ = ("sent_s", "first_s", "last_s", "chunks", "itl_sum_ms")
+
+    def __init__(self, sent_s: float):
+        self.sent_s = sent_s
+        self.first_s: float | None = None
+        self.last_s: float | None = None
+        self.chunks = 0
+        self.itl_sum_ms = 0.0
+
+    def content(self, t_s: float) -> tuple[str, float]:
+        self.chunks += 1
+        if self.first_s is None:
+            self.first_s = self.last_s = t_s
+            return TTFT, ms_between(self.sent_s, t_s)
+        gap = ms_between(self.last_s, t_s)
+        self.last_s = t_s
+        self.itl_sum_ms += gap
+        return ITL, gap
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return None if self.first_s is None else ms_between(self.sent_s, self.first_s)
+
+    @property
+    def e2e_ms(self) -> float | None:
+        return None if self.last_s is None else ms_between(self.sent_s, self.last_s)
+
+    def finish(self, output_tokens: int | None = None) -> RequestMetrics:
+        """E2E and TPOT; ``output_tokens`` defaults to the content chunks (chunks are not always tokens)."""
+        if self.first_s is None:
+            return RequestMetrics(ttft_ms=None)
+        ttft, e2e = self.ttft_ms, self.e2e_ms
+        tokens = output_tokens if output_tokens is not None else self.chunks
+        return RequestMetrics(ttft_ms=ttft, e2e_ms=e2e, tpot_ms=tpot_ms(e2e, ttft, tokens))

@@ -13,6 +13,8 @@ from .workloads import WORKLOADS, WorkloadSpec
 
 DEFAULT_CACHE_DIR = str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm_locust")
 
+SECRET_OPTIONS = frozenset({"api_key"})  # never written to a record, a log or the web UI's defaults
+
 OPTIONS = [
     # (flag, kwargs)
     ("--model", dict(default="", env_var="LOCUST_MODEL",

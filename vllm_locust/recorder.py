@@ -1,43 +1,38 @@
 """Raw samples to CSV, one file pair per process, flushed after every request.
 
-``samples-<run_id>-<worker_id>.csv``, one row per sample:
-  run_id, worker_id, request_id, metric (TTFT|ITL|TPOT|E2E), value_ms, t_s (unix seconds when the
-  sample ended), phase (warmup|measured), concurrency (users the run targeted), step
-``requests-<run_id>-<worker_id>.csv``, one row per request:
-  run_id, worker_id, request_id, endpoint, model, workload, prompt_index, prompt_kind, sent_at_s,
-  ttft_ms, e2e_ms, prompt_tokens (usage), completion_tokens (usage), content_chunks, finish_reason,
-  error (empty on success), phase, concurrency, step
-
-Each process writes its own files, so ``--processes N`` and ``--master/--worker`` need no merging
-step; pandas reads them with ``read_csv`` and a glob.
+``samples-<run_id>-<worker_id>.csv`` holds ``schema.SampleRow`` rows, ``requests-<run_id>-<worker_id>.csv``
+``schema.RequestRow`` rows (the columns are the row types' fields, in order). Each process writes
+its own files, so ``--processes N`` and ``--master/--worker`` need no merging step; pandas reads
+them with ``read_csv`` and a glob.
 """
 
 from __future__ import annotations
 
 import csv
-import re
+from operator import attrgetter
 from pathlib import Path
 
-SAMPLE_COLUMNS = ("run_id", "worker_id", "request_id", "metric", "value_ms", "t_s", "phase", "concurrency", "step")
-REQUEST_COLUMNS = (
-    "run_id", "worker_id", "request_id", "endpoint", "model", "workload", "prompt_index", "prompt_kind",
-    "sent_at_s", "ttft_ms", "e2e_ms", "prompt_tokens", "completion_tokens", "content_chunks",
-    "finish_reason", "error", "phase", "concurrency", "step",
-)
+from .schema import RequestRow, SampleRow, names_of, requests_file, samples_file
 
-
-def safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text))[:80] or "x"
+SAMPLE_COLUMNS = names_of(SampleRow)
+REQUEST_COLUMNS = names_of(RequestRow)
 
 
 class _CsvFile:
-    def __init__(self, path: Path, columns: tuple[str, ...]):
+    def __init__(self, path: Path, row_type):
         path.parent.mkdir(parents=True, exist_ok=True)
         new = not path.exists() or path.stat().st_size == 0
+        self.row_type = row_type
+        self.values = attrgetter(*names_of(row_type))
         self.file = open(path, "a", newline="")
-        self.writer = csv.DictWriter(self.file, fieldnames=columns, extrasaction="ignore")
+        self.writer = csv.writer(self.file)
         if new:
-            self.writer.writeheader()
+            self.writer.writerow(names_of(row_type))
+
+    def write(self, row) -> None:
+        if type(row) is not self.row_type:
+            raise TypeError(f"expected a {self.row_type.__name__}, got {type(row).__name__}")
+        self.writer.writerow(self.values(row))
 
 
 class SampleRecorder:
@@ -51,26 +46,27 @@ class SampleRecorder:
         self._requests: _CsvFile | None = None
 
     def paths(self, run_id: str) -> tuple[Path, Path]:
-        stem = f"{safe_name(run_id)}-{safe_name(self.worker_id)}.csv"
-        return self.directory / f"samples-{stem}", self.directory / f"requests-{stem}"
+        return samples_file(self.directory, run_id, self.worker_id), requests_file(self.directory, run_id, self.worker_id)
 
     def _open(self, run_id: str) -> None:
         if self.run_id != run_id:
             self.close()
         if self._samples is None and self.directory is not None:
             samples, requests = self.paths(run_id)
-            self._samples, self._requests = _CsvFile(samples, SAMPLE_COLUMNS), _CsvFile(requests, REQUEST_COLUMNS)
+            self._samples, self._requests = _CsvFile(samples, SampleRow), _CsvFile(requests, RequestRow)
             self.run_id = run_id
 
-    def sample(self, row: dict) -> None:
-        self._open(row["run_id"])
+    def sample(self, row: SampleRow) -> None:
+        if type(row) is not SampleRow:
+            raise TypeError(f"expected a SampleRow, got {type(row).__name__}")
+        self._open(row.run_id)
         if self._samples is not None:
-            self._samples.writer.writerow(row)
+            self._samples.write(row)
 
-    def request(self, row: dict) -> None:
-        self._open(row["run_id"])
+    def request(self, row: RequestRow) -> None:
+        self._open(row.run_id)
         if self._requests is not None:
-            self._requests.writer.writerow(row)
+            self._requests.write(row)
         self.flush()
 
     def flush(self) -> None:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .metrics import E2E
-from .runstate import MEASURED
+from .schema import E2E, MEASURED, RequestRow, SampleRow
 
 
 @dataclass(frozen=True)
@@ -40,11 +39,10 @@ class Reporter:
 
     def sample(self, info: RequestInfo, metric: str, value_ms: float, end_perf_s: float, length: int = 1) -> None:
         if self.recorder is not None:
-            self.recorder.sample({
-                "run_id": info.run_id, "worker_id": info.worker_id, "request_id": info.request_id,
-                "metric": metric, "value_ms": round(value_ms, 4), "t_s": round(info.wall(end_perf_s), 6),
-                "phase": info.phase, "concurrency": info.concurrency, "step": info.step,
-            })
+            self.recorder.sample(SampleRow(
+                run_id=info.run_id, worker_id=info.worker_id, request_id=info.request_id, metric=metric,
+                value_ms=round(value_ms, 4), t_s=round(info.wall(end_perf_s), 6), phase=info.phase,
+                concurrency=info.concurrency, step=info.step))
         if info.phase == MEASURED:
             self.fire(info, metric, value_ms, length, None)
 
@@ -53,7 +51,7 @@ class Reporter:
         if info.phase == MEASURED:
             self.fire(info, E2E, elapsed_ms, 0, exception)
 
-    def request(self, row: dict) -> None:
+    def request(self, row: RequestRow) -> None:
         if self.recorder is not None:
             self.recorder.request(row)
 

@@ -1,12 +1,14 @@
 """Scrape vLLM's Prometheus ``/metrics`` into tidy rows, about once a second, during a run.
 
-``metrics.csv``, one row per scrape and series: ``t_s`` (unix seconds of the scrape), ``name``
-(sample name, e.g. ``vllm:num_requests_waiting`` or ``vllm:time_to_first_token_seconds_bucket``),
-``labels`` (JSON, sorted keys), ``value``. Only ``vllm:`` series are kept. Counters restart when
-the server does; the analysis takes differences within a run.
+``metrics.csv`` holds ``schema.SERVER`` columns, one row per scrape and series: ``t_s`` (unix
+seconds of the scrape), ``name`` (sample name, e.g. ``vllm:num_requests_waiting`` or
+``vllm:time_to_first_token_seconds_bucket``), ``labels`` (JSON, sorted keys), ``value``. Only
+``vllm:`` series are kept. Counters restart when the server does; the analysis takes differences.
 
     python -m vllm_locust.scraper URL --out metrics.csv [--interval 1]   # until SIGTERM/SIGINT
     python -m vllm_locust.scraper URL --snapshot metrics-before.prom     # raw text, once
+
+``ScrapeThread`` does the same inside another program (the sweep).
 """
 
 from __future__ import annotations
@@ -16,17 +18,21 @@ import csv
 import json
 import signal
 import sys
+import threading
 import time
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-COLUMNS = ("t_s", "name", "labels", "value")
-PREFIX = "vllm:"
+from .schema import SERVER, VLLM_PREFIX
+
+COLUMNS = tuple(SERVER)
+PREFIX = VLLM_PREFIX
 
 
-def fetch(url: str, timeout_s: float = 5.0) -> str:
-    response = requests.get(url.rstrip("/") + "/metrics", timeout=timeout_s)
+def fetch(url: str, timeout_s: float = 5.0, api_key: str = "") -> str:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    response = requests.get(url.rstrip("/") + "/metrics", timeout=timeout_s, headers=headers)
     response.raise_for_status()
     return response.text
 
@@ -37,38 +43,64 @@ def tidy_rows(text: str, t_s: float, prefix: str = PREFIX) -> list[dict]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name.startswith(prefix):
-                rows.append({"t_s": round(t_s, 3), "name": sample.name,
-                             "labels": json.dumps(sample.labels, sort_keys=True), "value": sample.value})
+                rows.append({SERVER.t_s: round(t_s, 3), SERVER.name: sample.name,
+                             SERVER.labels: json.dumps(sample.labels, sort_keys=True), SERVER.value: sample.value})
     return rows
 
 
-def scrape_loop(url: str, out: str, interval_s: float, max_seconds: float | None = None) -> int:
-    """Append rows until told to stop; a failed scrape is skipped, not fatal. Returns scrapes done."""
-    stop = {"now": False}
+def snapshot(url: str, path, api_key: str = "") -> bool:
+    """The raw text of ``/metrics`` into ``path``; False (and a line on stderr) when it cannot be read."""
+    try:
+        text = fetch(url, api_key=api_key)
+    except requests.RequestException as err:
+        print(f"scraper: cannot read {url}/metrics: {type(err).__name__}", file=sys.stderr)
+        return False
+    with open(path, "w") as f:
+        f.write(text)
+    return True
 
-    def on_signal(*_):
-        stop["now"] = True
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+def scrape_loop(url: str, out: str, interval_s: float, stop: threading.Event, api_key: str = "",
+                max_seconds: float | None = None, errors=sys.stderr) -> int:
+    """Append rows until ``stop`` is set; a failed scrape is skipped, not fatal. Returns scrapes done."""
     done, started = 0, time.time()
     with open(out, "a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         if f.tell() == 0:
             writer.writeheader()
         next_at = time.time()
-        while not stop["now"] and (max_seconds is None or time.time() - started < max_seconds):
+        while not stop.is_set() and (max_seconds is None or time.time() - started < max_seconds):
             t = time.time()
             try:
-                writer.writerows(tidy_rows(fetch(url), t))
+                writer.writerows(tidy_rows(fetch(url, api_key=api_key), t))
                 f.flush()
                 done += 1
             except (requests.RequestException, ValueError) as err:
-                print(f"scraper: {url}/metrics: {type(err).__name__}", file=sys.stderr)
+                print(f"scraper: {url}/metrics: {type(err).__name__}", file=errors, flush=True)
             next_at += interval_s
-            while not stop["now"] and time.time() < next_at:
-                time.sleep(min(0.1, max(0.0, next_at - time.time())))
+            stop.wait(max(0.0, next_at - time.time()))
     return done
+
+
+class ScrapeThread:
+    """``scrape_loop`` in a background thread: ``start()``, then ``stop()`` when the run ends."""
+
+    def __init__(self, url: str, out, interval_s: float = 1.0, api_key: str = "", errors=sys.stderr):
+        self._stop = threading.Event()
+        self.scrapes = 0
+        self._thread = threading.Thread(target=self._run, args=(url, str(out), interval_s, api_key, errors), daemon=True)
+
+    def _run(self, url, out, interval_s, api_key, errors):
+        self.scrapes = scrape_loop(url, out, interval_s, self._stop, api_key=api_key, errors=errors)
+
+    def start(self) -> "ScrapeThread":
+        self._thread.start()
+        return self
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        return self.scrapes
 
 
 def main() -> None:
@@ -80,16 +112,13 @@ def main() -> None:
     p.add_argument("--max-seconds", type=float)
     a = p.parse_args()
     if a.snapshot:
-        try:
-            text = fetch(a.url)
-        except requests.RequestException as err:
-            sys.exit(f"scraper: cannot read {a.url}/metrics: {type(err).__name__}")
-        with open(a.snapshot, "w") as f:
-            f.write(text)
-        return
+        sys.exit(0 if snapshot(a.url, a.snapshot) else 1)
     if not a.out:
         sys.exit("scraper: give --out FILE or --snapshot FILE")
-    scrape_loop(a.url, a.out, a.interval, a.max_seconds)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    scrape_loop(a.url, a.out, a.interval, stop, max_seconds=a.max_seconds)
 
 
 if __name__ == "__main__":

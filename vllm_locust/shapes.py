@@ -1,19 +1,17 @@
 """Fixed concurrency steps: for each step a warm-up, whose samples are discarded, then a measured period.
 
-Users run closed-loop with no wait, so users = concurrent streams. The shape is used only when
-``--steps`` is given on the command line or in ``LOCUST_STEPS`` (``steps_shape_if_requested``), so
-plain ``-u/-r`` ramping from the web UI keeps working otherwise.
+Users run closed-loop with no wait, so users = concurrent streams. ``locustfile.py`` always
+defines the shape; the plugin drops it at init unless ``steps`` is set (on the command line, in
+``LOCUST_STEPS`` or in a ``locust.conf``), so plain ``-u/-r`` ramping works otherwise.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
 from locust import LoadTestShape
 
 from .options import parse_steps
-from .runstate import MEASURED, WARMUP, publish
+from .plugin import VllmPlugin
+from .schema import MEASURED, WARMUP
 
 
 def schedule_at(t_s: float, steps: list[int], warmup_s: float, duration_s: float):
@@ -31,12 +29,17 @@ def schedule_at(t_s: float, steps: list[int], warmup_s: float, duration_s: float
 class ConcurrencySteps(LoadTestShape):
     """Holds ``--steps`` users for ``--step-warmup`` + ``--step-duration`` seconds each, in order."""
 
+    # -u/-r/-t keep their meaning when the plugin drops the shape (no --steps), so Locust must
+    # not warn that they are ignored.
+    use_common_options = True
+
     def reset_time(self):
         super().reset_time()
         self._last = None
 
     def tick(self):
-        options = self.runner.environment.parsed_options
+        environment = self.runner.environment
+        options = environment.parsed_options
         now = schedule_at(self.get_run_time(), parse_steps(options.steps),
                           float(options.step_warmup), float(options.step_duration))
         if now is None:
@@ -44,16 +47,5 @@ class ConcurrencySteps(LoadTestShape):
         index, users, phase = now
         if now != getattr(self, "_last", None):
             self._last = now
-            publish(self.runner.environment, step=index, concurrency=users, phase=phase)
+            VllmPlugin.of(environment).publish(step=index, concurrency=users, phase=phase)
         return users, users
-
-
-def steps_requested(argv: list[str] | None = None, environ: dict | None = None) -> bool:
-    argv = sys.argv if argv is None else argv
-    environ = os.environ if environ is None else environ
-    return bool(environ.get("LOCUST_STEPS")) or any(a == "--steps" or a.startswith("--steps=") for a in argv)
-
-
-def steps_shape_if_requested():
-    """``ConcurrencySteps`` when steps were asked for, else ``None`` (Locust then uses ``-u/-r``)."""
-    return ConcurrencySteps if steps_requested() else None

@@ -4,14 +4,31 @@ import httpx2
 import openai
 
 from vllm_locust.client import api_base, describe_error, server_message
+import pytest
+
 from vllm_locust.recorder import REQUEST_COLUMNS, SAMPLE_COLUMNS, SampleRecorder
+from vllm_locust.schema import RequestRow, SampleRow
+
+
+def sample_row(**kw):
+    base = dict(run_id="r", worker_id="w", request_id="q1", metric="TTFT", value_ms=1.5, t_s=1.0,
+                phase="measured", concurrency=1, step=0)
+    return SampleRow(**{**base, **kw})
+
+
+def request_row(**kw):
+    base = dict(run_id="r", worker_id="w", request_id="q1", endpoint="chat", model="m", workload="fixed",
+                prompt_index=0, prompt_kind="fixed", sent_at_s=1.0, ttft_ms=1.0, e2e_ms=2.0, prompt_tokens=3,
+                completion_tokens=4, content_chunks=4, finish_reason="length", error="", phase="measured",
+                concurrency=1, step=0)
+    return RequestRow(**{**base, **kw})
 from vllm_locust.stream import StreamError
 
 
 def test_recorder_flushes_each_request_and_appends(tmp_path):
     rec = SampleRecorder(tmp_path, "host-1/2")
-    rec.sample({"run_id": "r", "metric": "TTFT", "value_ms": 1.5})
-    rec.request({"run_id": "r", "request_id": "q1"})
+    rec.sample(sample_row())
+    rec.request(request_row())
     samples, requests = rec.paths("r")
     assert samples.name == "samples-r-host-1_2.csv", "worker ids are made safe for file names"
     rows = list(csv.DictReader(open(samples)))
@@ -19,16 +36,30 @@ def test_recorder_flushes_each_request_and_appends(tmp_path):
     assert tuple(next(csv.DictReader(open(requests)))) == REQUEST_COLUMNS
     rec.close()
     again = SampleRecorder(tmp_path, "host-1/2")
-    again.request({"run_id": "r", "request_id": "q2"})
+    again.request(request_row(request_id="q2"))
     again.close()
     assert [r["request_id"] for r in csv.DictReader(open(requests))] == ["q1", "q2"], "no second header, no overwrite"
 
 
-def test_no_directory_records_nothing(tmp_path):
+def test_no_directory_records_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a recorder that wrote "somewhere" would write here
     rec = SampleRecorder(None, "w")
-    rec.sample({"run_id": "r"})
-    rec.request({"run_id": "r"})
+    rec.sample(sample_row())
+    rec.request(request_row())
+    rec.close()
     assert list(tmp_path.iterdir()) == []
+    control = SampleRecorder(tmp_path / "on", "w")  # the same rows with a directory do land
+    control.request(request_row())
+    control.close()
+    assert len(list((tmp_path / "on").iterdir())) == 2
+
+
+def test_a_misspelled_field_fails_loudly(tmp_path):
+    with pytest.raises(TypeError):
+        sample_row(valeu_ms=3)
+    rec = SampleRecorder(tmp_path, "w")
+    with pytest.raises(TypeError, match="expected a SampleRow"):
+        rec.sample({"run_id": "r", "metric": "TTFT"})
 
 
 def test_error_messages():
@@ -38,7 +69,8 @@ def test_error_messages():
     assert describe_error(status) == "HTTP 404: The model `m` does not exist."
     assert describe_error(openai.APITimeoutError(request=request), 5) == "timeout: no bytes for 5 s (--read-timeout)"
     assert describe_error(StreamError("stream ended")) == "stream ended"
-    assert describe_error(ValueError("bad\nthing")) == "malformed chunk: ValueError: bad"
+    assert describe_error(ValueError("bad\nthing")) == "client error (not the server's): ValueError: bad", \
+        "our own faults are not blamed on the server"
     assert server_message({"error": {"message": "boom"}}) == "boom"
     assert server_message({"object": "error", "message": "old style"}) == "old style"
 

@@ -1,8 +1,8 @@
 import pytest
 
 from vllm_locust.options import defaults, parse_steps, workload_spec
-from vllm_locust.runstate import MEASURED, WARMUP
-from vllm_locust.shapes import schedule_at, steps_requested
+from vllm_locust.schema import MEASURED, WARMUP
+from vllm_locust.shapes import schedule_at
 
 
 def test_schedule_walks_steps_with_warmup_then_measured():
@@ -14,13 +14,6 @@ def test_schedule_walks_steps_with_warmup_then_measured():
     assert schedule_at(29.9, steps, 5, 10) == (1, 64, MEASURED)
     assert schedule_at(30.0, steps, 5, 10) is None, "the run ends after the last step"
     assert schedule_at(0.0, [8], 0, 10) == (0, 8, MEASURED), "no warm-up: measured from the start"
-
-
-def test_steps_are_requested_by_flag_or_env():
-    assert steps_requested(["locust", "--steps", "1,2"], {})
-    assert steps_requested(["locust", "--steps=4"], {})
-    assert steps_requested(["locust"], {"LOCUST_STEPS": "4"})
-    assert not steps_requested(["locust", "-u", "4"], {})
 
 
 def test_parse_steps_names_the_flag():

@@ -8,7 +8,8 @@ from locust.event import Events
 
 from vllm_locust.options import defaults
 from vllm_locust.recorder import SampleRecorder
-from vllm_locust.runstate import WARMUP, state_of
+from vllm_locust.plugin import VllmPlugin
+from vllm_locust.schema import WARMUP
 from vllm_locust.user import ChatStreamUser
 
 
@@ -23,9 +24,10 @@ def make_env(url, tmp_path, **opts):
                 prompt_cache_dir="", samples_dir=str(tmp_path))
     options = defaults(**{**base, **opts})
     env = Environment(user_classes=[ChatStreamUser], host=url, events=events, parsed_options=options)
-    env.vllm_worker_id = "w1"
-    env.vllm_recorder = SampleRecorder(tmp_path, "w1")
-    state_of(env).run_id = "r1"
+    plugin = VllmPlugin(env)
+    plugin.worker_id = "w1"
+    plugin.recorder = SampleRecorder(tmp_path, "w1")
+    plugin.state.run_id = "r1"
     fired = []
     events.request.add_listener(lambda **kw: fired.append(kw))
     return env, fired
@@ -36,7 +38,7 @@ def run_requests(env, n=1):
     user.on_start()
     for _ in range(n):
         user.stream_completion()
-    env.vllm_recorder.close()
+    VllmPlugin.of(env).recorder.close()
 
 
 def by_name(fired, name):
@@ -110,7 +112,7 @@ def test_usage_chunks_and_raw_files(fake_server, tmp_path):
 def test_warmup_samples_recorded_but_not_fired(fake_server, tmp_path):
     fake_server.configure(ttft_ms=5, itl_ms=1)
     env, fired = make_env(fake_server.url, tmp_path, max_tokens=3)
-    state_of(env).phase = WARMUP
+    VllmPlugin.of(env).state.phase = WARMUP
     run_requests(env)
     assert fired == [], "warm-up samples never reach Locust's stats"
     phases = {s["phase"] for s in read_csv(tmp_path / "samples-r1-w1.csv")}
@@ -121,7 +123,7 @@ def test_warmup_samples_recorded_but_not_fired(fake_server, tmp_path):
     ("malformed", "malformed chunk after", 1),
     ("nofinish", "stream ended without a finish_reason", 1),
     ("error", "server error in stream: EngineCore encountered an issue.", 1),
-    ("die", "", 1),
+    ("die", "connection failed: RemoteProtocolError: peer closed connection", 1),
 ])
 def test_failures_are_specific_and_keep_earlier_samples(fake_server, tmp_path, mode, message, kept_itl):
     fake_server.configure(ttft_ms=5, itl_ms=2, mode=mode)

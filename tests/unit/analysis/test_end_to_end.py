@@ -113,7 +113,7 @@ def test_checklist_flags_a_saturated_client_and_relocated_runs_keep_manifests(tw
     record = json.loads((run / "run.json").read_text())
     record["server_dir"] = "/elsewhere/on/another/host/" + Path(record["server_dir"]).name
     (run / "run.json").write_text(json.dumps(record))
-    assert read_run(run).manifest["label"] == "fast", "manifest found by layout when the absolute path is gone"
+    assert read_run(run).manifest["profile"] == "fast", "manifest found by layout when the absolute path is gone"
     with open(run / "locust.log", "a") as log:
         log.write("[2026-12-02 16:17:25,177] vm/WARNING/root: CPU usage above 90%! This may constrain ...\n")
     proc = analyse(moved)

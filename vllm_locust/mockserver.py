@@ -1,4 +1,5 @@
-"""An OpenAI-compatible streaming server with exact, known timing, for tests and benchmarks.
+"""A mock OpenAI-compatible streaming server with exact, known timing: for tests, benchmarks, and
+users who want to check what their client machine can measure before they trust it.
 
 Plays a fixed script: a role-only chunk at once, the first content chunk ``ttft_ms`` after the
 request arrived, then one content chunk every ``itl_ms``; the last carries ``finish_reason``, then
@@ -11,17 +12,22 @@ Modes: ``ok``, ``malformed`` (a non-JSON chunk after two tokens), ``nofinish`` (
 two tokens without a finish reason), ``die`` (connection closed after two tokens), ``error``
 (an in-stream error event after two tokens, as vLLM sends when its engine dies).
 
-Run: ``python tests/fakeserver.py --port 0`` prints ``PORT <n>`` once listening (127.0.0.1 only).
+Run: ``python -m vllm_locust.mockserver --port 0 --ttft-ms 100 --itl-ms 5`` prints ``PORT <n>`` once
+listening (127.0.0.1 only); ``start_process()`` does that and returns a ``MockServer`` handle;
+``start_in_thread()`` runs it inside the calling process (unit tests: no subprocess).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
           "template_tokens": 2}
@@ -177,6 +183,58 @@ def serve(port: int = 0, **config) -> Server:
     CONFIG.update(config)
     server = Server(("127.0.0.1", port), Handler)
     return server
+
+
+DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model"}
+
+
+class MockServer:
+    """Handle on a running mock server: its URL, its script, and what it sent."""
+
+    def __init__(self, port: int, proc: subprocess.Popen | None = None, server: Server | None = None):
+        self.port = port
+        self.proc = proc
+        self.server = server
+        self.url = f"http://127.0.0.1:{port}"
+
+    def _call(self, path: str, payload: dict | None = None) -> dict:
+        data = None if payload is None else json.dumps(payload).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def configure(self, **script) -> dict:
+        """Set the script (unnamed settings back to their defaults) and clear the log."""
+        return self._call("/_config", {**DEFAULT_SCRIPT, **script})
+
+    def log(self) -> list[dict]:
+        return self._call("/_log")["requests"]
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def start_process(*args: str, python: str = sys.executable) -> MockServer:
+    """The mock server in its own process (its clock is then not the client's CPU)."""
+    proc = subprocess.Popen([python, "-m", "vllm_locust.mockserver", "--port", "0", *args],
+                            stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[1]))
+    line = proc.stdout.readline()
+    if not line.startswith("PORT "):
+        proc.kill()
+        raise RuntimeError(f"mock server did not start: {line!r}")
+    return MockServer(int(line.split()[1]), proc=proc)
+
+
+def start_in_thread(**script) -> MockServer:
+    """The mock server in a thread of this process (under gevent's patches, a greenlet)."""
+    server = serve(0, **{**DEFAULT_SCRIPT, **script})
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return MockServer(server.server_address[1], server=server)
 
 
 def main() -> None:

@@ -1,0 +1,378 @@
+"""The experiment matrix: for each profile restart vLLM (``launch/serve.sh``), smoke-test it, then for
+each concurrency and repeat: reset the prefix cache, warm up, load it with Locust headless, scrape
+/metrics all along, and keep everything.
+
+    python -m launch.sweep --profiles baseline-cpu,optimized-cpu --concurrency 32,64,128 \\
+        --warmup 30 --duration 120 --repeats 3 --out runs/NAME [--workers N] [-- LOCUST_ARGS...]
+    python -m launch.sweep --external-url http://127.0.0.1:8000 --label NAME [same options]
+
+Layout (``vllm_locust.schema``): OUT/<label>/server-<time>/{manifest.json,server.log} and
+OUT/<label>/c<C>/r<R>/{run.json | failed.json, samples-*.csv, requests-*.csv, loadrun-*.json,
+locust_*.csv, metrics.csv, metrics-before.prom, metrics-after.prom, locust.log}. A run with
+run.json is done and never rerun or overwritten: rerun the same command to resume. A run that
+failed gets failed.json (the reason and the server's last log lines) and keeps what it measured.
+Exit codes: 0 every run done; 1 a run or server failed; 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import requests
+
+from launch.manifest import external_manifest
+from launch.server import ServerError, ServerProcess, last_line, serve_sh
+from vllm_locust.schema import (FAILURE_RECORD, INCOMPLETE, LOCUST_CSV_PREFIX, LOCUST_LOG, LOCUST_WORKERS_LOG,
+                                MANIFEST, METRICS_AFTER, METRICS_BEFORE, METRICS_CSV, RUN_RECORD, FailureRecord,
+                                RecordError, RunRecord, read_record, server_dir, sweep_run_dir, sweep_run_id,
+                                write_json_atomic)
+from vllm_locust.scraper import ScrapeThread, snapshot
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCUSTFILE = ROOT / "locustfile.py"
+LABEL_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+class SweepError(Exception):
+    """Bad arguments or a state the sweep must not go on from: one line."""
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def positive_ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SweepError(f"{flag} {text!r}: comma-separated positive integers, e.g. 32,64,128") from None
+    if not values or any(v < 1 for v in values):
+        raise SweepError(f"{flag} {text!r}: comma-separated positive integers, e.g. 32,64,128")
+    return values
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    locust_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, locust_args = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(prog="launch/sweep.sh", description=__doc__.splitlines()[0])
+    p.add_argument("--profiles", default="")
+    p.add_argument("--concurrency", default="32,64,128")
+    p.add_argument("--warmup", type=float, default=30.0, help="seconds of discarded warm-up per run")
+    p.add_argument("--duration", type=float, default=120.0, help="measured seconds per run")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--out", required=True)
+    p.add_argument("--external-url", default="")
+    p.add_argument("--label", default="")
+    p.add_argument("--workers", type=int, default=0, help="local Locust worker processes (0: one process)")
+    p.add_argument("--continue-on-error", action="store_true",
+                   help="record a failed run or server and go on to the next run or profile")
+    p.add_argument("--health-timeout", type=float, default=float(os.environ.get("HEALTH_TIMEOUT", 600)))
+    args = p.parse_args(argv)
+    args.locust_args = locust_args
+    return args
+
+
+@dataclass
+class Plan:
+    labels: list[str]
+    levels: list[int]
+    repeats: int
+    external: str
+
+    @property
+    def total(self) -> int:
+        return len(self.labels) * len(self.levels) * self.repeats
+
+
+def validate(args) -> Plan:
+    levels = positive_ints(args.concurrency, "--concurrency")
+    if args.repeats < 1:
+        raise SweepError(f"--repeats {args.repeats}: at least 1")
+    if args.workers < 0:
+        raise SweepError(f"--workers {args.workers}: 0 or more")
+    if args.duration <= 0:
+        raise SweepError(f"--duration {args.duration:g}: the measured period must be positive")
+    if args.warmup < 0:
+        raise SweepError(f"--warmup {args.warmup:g}: zero or more seconds")
+    if args.external_url:
+        if not args.label:
+            raise SweepError("--external-url needs --label NAME (the name this server's runs go under)")
+        if args.profiles:
+            raise SweepError("--external-url measures a running server: no --profiles")
+        if not set(args.label) <= LABEL_CHARS:
+            raise SweepError(f"--label {args.label!r}: letters, digits, '.', '_' and '-' only")
+        return Plan([args.label], levels, args.repeats, args.external_url.rstrip("/"))
+    if not args.profiles:
+        raise SweepError("--profiles a,b,... is required (see profiles/)")
+    labels = [p for p in args.profiles.split(",") if p]
+    for profile in labels:  # unknown or broken profiles fail before anything starts
+        proc = serve_sh(profile, "--dry-run")
+        if proc.returncode != 0:
+            raise SweepError(last_line(proc.stderr).removeprefix("launch: "))
+    return Plan(labels, levels, args.repeats, "")
+
+
+def run_params(args) -> dict:
+    """What decides a run's load: a finished run made with other values is not this run."""
+    return {"warmup_s": args.warmup, "duration_s": args.duration, "workers": args.workers,
+            "locust_args": list(args.locust_args)}
+
+
+def suite_versions() -> dict:
+    out = {}
+    for name in ("locust", "openai", "gevent", "pandas", "prometheus-client"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def sweep_settings(profile: str) -> dict:
+    proc = serve_sh(profile, "--sweep-settings")
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sweep:
+    def __init__(self, args, plan: Plan):
+        self.args = args
+        self.plan = plan
+        self.out = Path(args.out).resolve()
+        self.api_key = os.environ.get("OPENAI_API_KEY", "")
+        self.k = 0
+        self.t0 = time.time()
+        self.done_runs = 0
+        self.failed = 0
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def run_dir(self, label: str, c: int, r: int) -> Path:
+        return sweep_run_dir(self.out, label, c, r)
+
+    def finished(self, directory: Path) -> bool:
+        """Done before with the same parameters; a run done with others stops the sweep."""
+        record_path = directory / RUN_RECORD
+        if not record_path.exists():
+            return False
+        try:
+            record = read_record(RunRecord, record_path)
+        except RecordError as err:
+            raise SweepError(f"{err}: move that run away to redo it") from None
+        if record.params and record.params != run_params(self.args):
+            raise SweepError(f"{directory} was made with other parameters ({record.params}); "
+                             f"use another --out, or move that run away to redo it")
+        return True
+
+    def progress(self, what: str) -> None:
+        elapsed = time.time() - self.t0
+        per = elapsed / self.done_runs if self.done_runs else self.args.warmup + self.args.duration + 15
+        left = (self.plan.total - self.k + 1) * per
+        log(f"run {self.k} of {self.plan.total} ({what}): elapsed {elapsed:.0f}s, about {left:.0f}s left")
+
+    def fail_run(self, directory: Path, label: str, c: int, r: int, reason: str, log_tail: list[str],
+                 locust_exit: int | None, started_at: str) -> None:
+        self.failed += 1
+        directory.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(directory / FAILURE_RECORD, FailureRecord(
+            profile=label, concurrency=c, repeat=r, reason=reason, server_log_tail=log_tail, locust_exit=locust_exit,
+            started_at=started_at, failed_at=now_iso(), params=run_params(self.args)))
+        log(f"failed: {label} c={c} r={r}: {reason} (kept in {directory})")
+        for line in log_tail[-10:]:
+            print(f"    {line}", file=sys.stderr)
+
+    # -- the matrix ---------------------------------------------------------------------------
+    def run(self) -> int:
+        self.out.mkdir(parents=True, exist_ok=True)
+        for label in self.plan.labels:
+            todo = [(c, r) for c in self.plan.levels for r in range(1, self.plan.repeats + 1)
+                    if not self.finished(self.run_dir(label, c, r))]
+            if not todo:
+                self.k += len(self.plan.levels) * self.plan.repeats
+                log(f"{label}: all runs done, skipped")
+                continue
+            try:
+                self.run_label(label)
+            except ServerError as err:
+                self.failed += 1
+                log(f"{err}")
+                for line in err.log_tail[-15:]:
+                    print(f"    {line}", file=sys.stderr)
+                if not self.args.continue_on_error:
+                    return 1
+        log(f"sweep done: {self.plan.total} runs in {self.out} ({time.time() - self.t0:.0f}s)"
+            + (f"; {self.failed} failed" if self.failed else ""))
+        return 1 if self.failed else 0
+
+    def run_label(self, label: str) -> None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        server: ServerProcess | None = None
+        if self.plan.external:
+            url = self.plan.external
+            self.check_reachable(url)
+            sdir = server_dir(self.out, label, True, stamp)
+            sdir.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(sdir / MANIFEST, external_manifest(url, label, self.api_key))
+            reset_cache = True
+        else:
+            sdir = server_dir(self.out, label, False, stamp)
+            env = dict(os.environ, PORT=os.environ.get("PORT") or str(free_port()))
+            log(f"{label}: starting vLLM (log {sdir / 'server.log'})")
+            server = ServerProcess(label, sdir, env).start(self.args.health_timeout)
+            log(f"{label}: healthy after {server.manifest.get('seconds_to_healthy')}s at {server.url}")
+            url = server.url
+            reset_cache = sweep_settings(label).get("reset-prefix-cache", "true") == "true"
+        try:
+            self.prepare(url, label)
+            for c in self.plan.levels:
+                for r in range(1, self.plan.repeats + 1):
+                    self.k += 1
+                    directory = self.run_dir(label, c, r)
+                    if self.finished(directory):
+                        log(f"run {self.k} of {self.plan.total} ({label} c={c} r={r}): done before, skipped")
+                        continue
+                    self.one_run(label, c, r, url, sdir, server, reset_cache)
+                    if server is not None and not server.alive():
+                        raise ServerError(f"{label}: vLLM died during run c={c} r={r}; "
+                                          "what it measured is kept", server.log_tail())
+        finally:
+            if server is not None:
+                server.stop()
+
+    def check_reachable(self, url: str) -> None:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            response = requests.get(url + "/v1/models", headers=headers, timeout=10)
+        except requests.RequestException as err:
+            raise ServerError(f"cannot reach {url}/v1/models (--external-url): {type(err).__name__}") from None
+        if response.status_code != 200:
+            raise ServerError(f"{url}/v1/models answered HTTP {response.status_code} (--external-url; "
+                              f"{'check OPENAI_API_KEY' if response.status_code in (401, 403) else 'is it an OpenAI-compatible server?'})")
+
+    def prepare(self, url: str, label: str) -> None:
+        """Build the workload's prompts once per server, before any run spends its warm-up on it."""
+        proc = subprocess.run([sys.executable, "-m", "vllm_locust.prepare", "--host", url, *self.args.locust_args],
+                              capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode != 0:
+            raise ServerError(f"{label}: cannot build the workload: {last_line(proc.stderr).removeprefix('prepare: ')}")
+        log(proc.stdout.strip())
+
+    def reset_prefix_cache(self, url: str) -> None:
+        try:
+            response = requests.post(url + "/reset_prefix_cache", timeout=30,
+                                     headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})
+            if response.status_code >= 400:
+                log(f"warning: {url}/reset_prefix_cache answered HTTP {response.status_code}; prefix cache not reset")
+        except requests.RequestException as err:
+            log(f"warning: {url}/reset_prefix_cache failed ({type(err).__name__}); prefix cache not reset")
+
+    def one_run(self, label: str, c: int, r: int, url: str, sdir: Path, server: ServerProcess | None,
+                reset_cache: bool) -> None:
+        directory = self.run_dir(label, c, r)
+        if directory.exists():
+            directory.rename(directory.with_name(directory.name + INCOMPLETE + time.strftime("%Y%m%d-%H%M%S")))
+        directory.mkdir(parents=True)
+        self.progress(f"{label} c={c} r={r}")
+        if reset_cache:
+            self.reset_prefix_cache(url)
+        snapshot(url, directory / METRICS_BEFORE, self.api_key)
+        started_at = now_iso()
+        with open(directory / "scraper.log", "w") as scraper_errors:
+            scraper = ScrapeThread(url, directory / METRICS_CSV, 1.0, self.api_key, errors=scraper_errors).start()
+            try:
+                rc = self.locust(directory, url, c, sweep_run_id(label, c, r))
+            finally:
+                scraper.stop()
+        snapshot(url, directory / METRICS_AFTER, self.api_key)
+        self.done_runs += 1
+        if server is not None and not server.alive():
+            self.fail_run(directory, label, c, r, "vLLM died during the run", server.log_tail(), rc, started_at)
+            return
+        if rc > 1:
+            self.fail_run(directory, label, c, r, f"locust exited {rc}: {self.locust_reason(directory)}",
+                          server.log_tail() if server else [], rc, started_at)
+            if not self.args.continue_on_error:
+                raise ServerError(f"locust failed (exit {rc}) in {directory}; see {directory / LOCUST_LOG}")
+            return
+        write_json_atomic(directory / RUN_RECORD, RunRecord(
+            profile=label, concurrency=c, repeat=r, warmup_s=self.args.warmup, duration_s=self.args.duration, url=url,
+            external=bool(self.plan.external), server_dir=str(sdir), workers=self.args.workers,
+            reset_prefix_cache=reset_cache, locust_args=list(self.args.locust_args), locust_exit=rc,
+            started_at=started_at, finished_at=now_iso(), versions=suite_versions(), params=run_params(self.args)))
+
+    @staticmethod
+    def locust_reason(directory: Path) -> str:
+        text = (directory / LOCUST_LOG).read_text(errors="replace") if (directory / LOCUST_LOG).exists() else ""
+        errors = [line for line in text.splitlines() if "ERROR" in line]
+        return (errors[-1] if errors else last_line(text))[-300:]
+
+    def locust(self, directory: Path, url: str, c: int, run_id: str) -> int:
+        """Locust headless, one step, warm-up discarded; with --workers, a master and N local workers."""
+        common = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", url, "--headless", "--only-summary",
+                  "--steps", str(c), "--step-warmup", f"{self.args.warmup:g}", "--step-duration", f"{self.args.duration:g}",
+                  "--csv", str(directory / LOCUST_CSV_PREFIX), "--samples-dir", str(directory), "--run-id", run_id,
+                  *self.args.locust_args]
+        workers: list[subprocess.Popen] = []
+        timeout = self.args.warmup + self.args.duration + 900
+        with open(directory / LOCUST_LOG, "w") as out:
+            try:
+                if self.args.workers > 0:
+                    with open(directory / LOCUST_WORKERS_LOG, "w") as wlog:
+                        for _ in range(self.args.workers):
+                            workers.append(subprocess.Popen(
+                                [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
+                                 "--master-host", "127.0.0.1"], stdout=wlog, stderr=subprocess.STDOUT, cwd=ROOT))
+                    cmd = [*common, "--master", "--master-bind-host", "127.0.0.1", "--expect-workers", str(self.args.workers)]
+                else:
+                    cmd = common
+                return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                return 124
+            finally:
+                for w in workers:
+                    try:
+                        w.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        w.kill()
+
+
+def _interrupt(*_args):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # stop the server we started, as on Ctrl-C
+    try:
+        plan = validate(args)
+        return Sweep(args, plan).run()
+    except SweepError as err:
+        print(f"sweep: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sweep: interrupted; finished runs are kept, rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

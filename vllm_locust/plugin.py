@@ -1,0 +1,233 @@
+"""The suite's Locust plugin: one object per process that holds its state and listens to its events.
+
+``locustfile.py`` attaches it, the way Locust's contrib listeners attach to ``environment.events``::
+
+    events.init_command_line_parser.add_listener(add_options)
+    events.init.add_listener(VllmPlugin.on_init)
+
+Importing this module registers nothing. The plugin holds the run state (run id, phase,
+concurrency, step: decided by the master or the single local process and broadcast to workers),
+the phase timeline, the raw-sample recorder, the workload context, and the load record it writes
+at test stop (``loadrun-<run_id>.json``), so that any run, headless or from the web UI, can be analysed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+
+import gevent
+import gevent.lock
+from locust.runners import MasterRunner, WorkerRunner
+
+from .client import ServerCheckError, require_host, resolve_model
+from .context import LoadContext, build_context, context_key
+from .options import SECRET_OPTIONS
+from .recorder import SampleRecorder
+from .schema import MEASURED, WARMUP, LoadRecord, PhaseChange, load_record_file, write_json_atomic
+
+logger = logging.getLogger(__name__)
+STATE_MESSAGE = "vllm_locust_state"
+QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai")
+
+
+def worker_id() -> str:
+    """Unique per process and readable: host and pid."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def versions() -> dict:
+    out = {}
+    for name in ("locust", "openai", "gevent", "httpx2", "pandas", "prometheus-client"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+@dataclass
+class RunState:
+    """Labels for the samples of requests sent now."""
+
+    run_id: str = ""
+    phase: str = MEASURED
+    concurrency: int | None = None
+    step: int | None = None
+
+
+class VllmPlugin:
+    """Everything one Locust process of the suite knows, attached to its ``Environment``."""
+
+    ATTRIBUTE = "vllm_locust"
+
+    def __init__(self, environment):
+        self.environment = environment
+        self.worker_id = worker_id()
+        self.state = RunState()
+        self.timeline: list[PhaseChange] = []
+        self.started_s: float | None = None
+        self.recorder: SampleRecorder | None = None
+        self.workload_error: str | None = None
+        self._context: LoadContext | None = None
+        self._context_lock = gevent.lock.Semaphore()
+        setattr(environment, self.ATTRIBUTE, self)
+        events = environment.events
+        events.test_start.add_listener(self.on_test_start)
+        events.test_stop.add_listener(self.on_test_stop)
+        events.quitting.add_listener(self.on_quitting)
+        events.spawning_complete.add_listener(self.on_spawning_complete)
+        if isinstance(environment.runner, WorkerRunner):
+            environment.runner.register_message(STATE_MESSAGE, self.on_state_message)
+
+    # -- wiring -------------------------------------------------------------------------------
+    @classmethod
+    def on_init(cls, environment, **_kwargs) -> "VllmPlugin":
+        """``events.init`` listener: attach, quieten httpx's per-request logging, pick the shape."""
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+        options = environment.parsed_options
+        # The steps shape applies when --steps is set anywhere Locust reads options (command
+        # line, LOCUST_STEPS, locust.conf); otherwise Locust's own -u/-r ramping does.
+        if environment.shape_class is not None and options is not None and not getattr(options, "steps", ""):
+            environment.shape_class = None
+        return cls(environment)
+
+    @classmethod
+    def of(cls, environment) -> "VllmPlugin":
+        plugin = getattr(environment, cls.ATTRIBUTE, None)
+        if plugin is None:
+            raise RuntimeError("the vllm_locust plugin is not attached: add events.init.add_listener(VllmPlugin.on_init)")
+        return plugin
+
+    @property
+    def deciding(self) -> bool:
+        """The master, or the single local process: it decides the run state."""
+        return not isinstance(self.environment.runner, WorkerRunner)
+
+    @property
+    def records_samples(self) -> bool:
+        return not isinstance(self.environment.runner, MasterRunner)
+
+    # -- run state ----------------------------------------------------------------------------
+    def publish(self, **changes) -> RunState:
+        """Change the run state here and, on a master, on every worker; keep the timeline."""
+        before = (self.state.phase, self.state.concurrency, self.state.step)
+        for key, value in changes.items():
+            setattr(self.state, key, value)
+        after = (self.state.phase, self.state.concurrency, self.state.step)
+        if after != before or not self.timeline:
+            if self.started_s is None:
+                self.started_s = time.time()
+            self.timeline.append(PhaseChange(time.time(), *after))
+        runner = self.environment.runner
+        if isinstance(runner, MasterRunner):
+            runner.send_message(STATE_MESSAGE, asdict(self.state))
+        return self.state
+
+    def on_state_message(self, msg, **_kwargs) -> None:
+        for key, value in msg.data.items():
+            setattr(self.state, key, value)
+
+    # -- events -------------------------------------------------------------------------------
+    def on_test_start(self, environment, **_kwargs) -> None:
+        options = environment.parsed_options
+        self.workload_error = None
+        if self.deciding:
+            # The deciding process checks the server once; workers get the model with each spawn.
+            try:
+                options.model = resolve_model(require_host(environment.host), options.model, options.api_key)
+            except ServerCheckError as err:
+                self.fail_run(str(err))
+                return
+            # The shape's first tick can come before test_start: keep what it published.
+            if not self.timeline:
+                self.started_s = time.time()
+                shaped = environment.shape_class is not None
+                self.publish(phase=WARMUP if shaped and float(options.step_warmup) > 0 else MEASURED)
+            self.started_s = self.started_s or time.time()
+            self.publish(run_id=options.run_id or new_run_id())
+        if self.records_samples:
+            self.recorder = SampleRecorder(options.samples_dir or None, self.worker_id)
+
+    def on_spawning_complete(self, user_count, **_kwargs) -> None:
+        # Without a shape, the concurrency of a sample is the user count the runner settled on.
+        if self.environment.shape_class is None and self.deciding:
+            self.publish(concurrency=user_count)
+
+    def on_test_stop(self, environment, **_kwargs) -> None:
+        self.close_recorder()
+        if self.deciding and self.started_s is not None:
+            self.write_load_record()
+            self.timeline, self.started_s, self.state = [], None, RunState()
+
+    def on_quitting(self, environment, **_kwargs) -> None:
+        self.close_recorder()
+
+    def close_recorder(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def fail_run(self, message: str) -> None:
+        """Stop the whole run with one line and a non-zero exit code."""
+        logger.error("%s", message)
+        self.environment.process_exit_code = 2
+        if self.environment.runner is not None:
+            gevent.spawn_later(0, self.environment.runner.quit)
+
+    # -- workload -----------------------------------------------------------------------------
+    def load_context(self) -> LoadContext:
+        """The process's workload context, built on first use and rebuilt when the options change."""
+        with self._context_lock:
+            ctx = self._context
+            if ctx is None or ctx.key != context_key(self.environment):
+                ctx = self._context = build_context(self.environment)
+                logger.info("workload %s: %d prompts of %s tokens for model %s", ctx.spec.name, len(ctx.prompts),
+                            sorted({p.prompt_tokens for p in ctx.prompts}), ctx.model)
+            return ctx
+
+    def workload_failed(self, err: Exception) -> None:
+        """One line per process, not per user, then stop this process's run with exit code 2."""
+        if self.workload_error is None:
+            self.workload_error = str(err)
+            logger.error("cannot build the workload: %s", err)
+            self.environment.process_exit_code = 2
+            if self.deciding and self.environment.runner is not None:
+                gevent.spawn_later(0, self.environment.runner.quit)
+
+    # -- the load record ----------------------------------------------------------------------
+    def load_record(self) -> LoadRecord:
+        options = self.environment.parsed_options
+        public = {k: v for k, v in sorted(vars(options).items())
+                  if k not in SECRET_OPTIONS and not any(w in k.lower() for w in ("key", "auth", "password", "token"))
+                  and isinstance(v, (str, int, float, bool, type(None)))}
+        from .options import workload_spec
+
+        try:
+            workload = asdict(workload_spec(options))
+        except (ValueError, TypeError):
+            workload = {}
+        runner = self.environment.runner
+        return LoadRecord(
+            run_id=self.state.run_id, host=self.environment.host or "", model=options.model or "",
+            endpoint=options.endpoint, workload=workload, options=public, started_s=self.started_s or 0.0,
+            stopped_s=time.time(), timeline=[asdict(c) for c in self.timeline],
+            runner=type(runner).__name__ if runner is not None else "", versions=versions())
+
+    def write_load_record(self) -> None:
+        directory = self.environment.parsed_options.samples_dir
+        if not directory or not self.state.run_id:
+            return
+        try:
+            os.makedirs(directory, exist_ok=True)
+            write_json_atomic(load_record_file(directory, self.state.run_id), self.load_record())
+        except OSError as err:
+            logger.error("cannot write the load record in %s: %s", directory, err)

@@ -1,0 +1,318 @@
+"""The one schema every stage shares: metric names, phases, row types, records, and the run layout.
+
+The load generator writes rows and records with these types, the sweep writes its records with
+them, the analysis reads files through them and names columns only through them, and the tests
+check against them. Nothing else spells a column or a file name. A misspelled field fails loudly:
+a row type refuses an unknown keyword, ``Columns`` an unknown attribute, ``from_dict`` an unknown key.
+
+Stdlib only: the server's own Python (``launch/manifest.py``) imports it too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+# -- metrics and phases ------------------------------------------------------------------------
+TTFT = "TTFT"
+ITL = "ITL"
+TPOT = "TPOT"
+E2E = "E2E"
+METRIC_NAMES = (TTFT, ITL, TPOT, E2E)
+WARMUP = "warmup"
+MEASURED = "measured"
+PHASES = (WARMUP, MEASURED)
+
+
+class Columns:
+    """Attribute access to a row type's column names: ``SAMPLE.value_ms == "value_ms"``.
+
+    A name that is not a field raises ``AttributeError``, so a typo cannot silently select nothing.
+    """
+
+    def __init__(self, *names: str):
+        self._names = tuple(names)
+        for name in names:
+            object.__setattr__(self, name, name)
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"no column {name!r}; columns: {', '.join(self._names)}")
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+
+def names_of(row_type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(row_type))
+
+
+class RecordError(ValueError):
+    """A record file that does not match its schema."""
+
+
+def from_dict(row_type, data: dict, what: str = ""):
+    """``row_type(**data)``, refusing unknown keys and naming missing ones (no silent drops)."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{what or row_type.__name__}: expected a JSON object")
+    known = set(names_of(row_type))
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise RecordError(f"{what or row_type.__name__}: unknown field(s) {', '.join(unknown)}")
+    try:
+        return row_type(**data)
+    except TypeError as err:
+        raise RecordError(f"{what or row_type.__name__}: {err}") from None
+
+
+# -- raw rows (the recorder's CSV files) -------------------------------------------------------
+@dataclass(slots=True)
+class SampleRow:
+    """One latency sample. ``t_s``: unix seconds when the sample ended."""
+
+    run_id: str
+    worker_id: str
+    request_id: str
+    metric: str
+    value_ms: float
+    t_s: float
+    phase: str
+    concurrency: int | None
+    step: int | None
+
+
+@dataclass(slots=True)
+class RequestRow:
+    """One request. ``sent_at_s``: unix seconds when its first byte left; tokens from ``usage``."""
+
+    run_id: str
+    worker_id: str
+    request_id: str
+    endpoint: str
+    model: str
+    workload: str
+    prompt_index: int
+    prompt_kind: str
+    sent_at_s: float
+    ttft_ms: float | None
+    e2e_ms: float | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    content_chunks: int
+    finish_reason: str | None
+    error: str
+    phase: str
+    concurrency: int | None
+    step: int | None
+
+
+SAMPLE = Columns(*names_of(SampleRow))
+REQUEST = Columns(*names_of(RequestRow))
+
+# -- records (JSON) ----------------------------------------------------------------------------
+
+
+@dataclass
+class PhaseChange:
+    """The run state from ``t_s`` (unix seconds) on, as the deciding process published it."""
+
+    t_s: float
+    phase: str
+    concurrency: int | None
+    step: int | None
+
+
+@dataclass
+class LoadRecord:
+    """What one Locust run asked for and when each phase held: written by the plugin at test stop
+    (``loadrun-<run_id>.json`` beside the samples), so any recorded run can be analysed."""
+
+    run_id: str
+    host: str
+    model: str
+    endpoint: str
+    workload: dict
+    options: dict
+    started_s: float
+    stopped_s: float | None
+    timeline: list[dict]
+    runner: str
+    versions: dict
+
+
+@dataclass
+class RunRecord:
+    """One finished sweep run (``run.json``), written last: its presence marks the run done."""
+
+    profile: str
+    concurrency: int
+    repeat: int
+    warmup_s: float
+    duration_s: float
+    url: str
+    external: bool
+    server_dir: str
+    workers: int
+    reset_prefix_cache: bool
+    locust_args: list[str]
+    locust_exit: int
+    started_at: str
+    finished_at: str
+    versions: dict
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class FailureRecord:
+    """A sweep run that could not finish (``failed.json``): why, and the server's last log lines."""
+
+    profile: str
+    concurrency: int
+    repeat: int
+    reason: str
+    server_log_tail: list[str]
+    locust_exit: int | None
+    started_at: str
+    failed_at: str
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class Manifest:
+    """One server start (``manifest.json``): the exact command, versions and timings; no secrets."""
+
+    profile: str
+    url: str
+    model: str
+    command: list[str]
+    env: dict
+    versions: dict
+    gpus: list[str]
+    host: str
+    started_at: str
+    seconds_to_healthy: float | None
+    external: bool = False
+    pid: int | None = None
+    models: dict | None = None
+
+
+RUN = Columns(*names_of(RunRecord))
+
+
+def write_json_atomic(path: str | Path, payload) -> Path:
+    """Write JSON so that a reader never sees half a file (temp file, then rename)."""
+    path = Path(path)
+    data = asdict(payload) if hasattr(payload, "__dataclass_fields__") else payload
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def read_record(row_type, path: str | Path):
+    """A record file as its type; ``RecordError`` (one line) if it is not JSON or not that type."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RecordError(f"{path}: not a readable JSON record ({type(err).__name__})") from None
+    return from_dict(row_type, data, str(path))
+
+
+# -- derived frames (the analysis's outputs) ----------------------------------------------------
+# Identity columns the analysis adds to every raw row: which label (profile), run, repeat.
+IDS = Columns("run_key", "profile", "repeat", "concurrency", "step")
+
+
+def pct_col(metric: str, q: int) -> str:
+    """``pct_col("TTFT", 95) == "p95_ttft_ms"``: the summary's percentile column of a metric."""
+    return f"p{q}_{metric.lower()}_ms"
+
+
+def mean_col(metric: str) -> str:
+    return f"mean_{metric.lower()}_ms"
+
+
+SUMMARY = Columns(
+    "profile", "concurrency", "repeats", "requests", "failures",
+    pct_col(TTFT, 50), pct_col(TTFT, 95), pct_col(TTFT, 99), mean_col(TTFT),
+    pct_col(ITL, 50), pct_col(ITL, 95), pct_col(ITL, 99), mean_col(ITL),
+    pct_col(TPOT, 50), pct_col(TPOT, 95), pct_col(E2E, 50), pct_col(E2E, 95),
+    "output_tokens_per_s", "requests_per_s",
+    "max_num_requests_running", "max_num_requests_waiting", "mean_kv_cache_usage", "preemptions",
+    "prefix_cache_hit_rate", "server_queue_ms", "server_prefill_ms", "server_decode_ms",
+    "server_ttft_mean_ms", "server_itl_mean_ms", "server_p95_ttft_ms", "server_p95_itl_ms",
+)
+# Per-run figures that the summary aggregates over repeats.
+PER_RUN = Columns("run_key", "profile", "concurrency", "step", "repeat", "output_tokens_per_s", "requests_per_s",
+                  "window_start_s", "window_end_s", "max_num_requests_running", "max_num_requests_waiting",
+                  "mean_kv_cache_usage", "preemptions", "prefix_cache_hit_rate", "server_queue_ms",
+                  "server_prefill_ms", "server_decode_ms", "server_ttft_mean_ms", "server_itl_mean_ms",
+                  "server_p95_ttft_ms", "server_p95_itl_ms")
+COMPARISON = Columns("profile", "concurrency", "metric", "change_pct", "ci_low_pct", "ci_high_pct")
+VERDICT = Columns("profile", "concurrency", "beats", "p95_ttft_change_pct", "p95_itl_change_pct",
+                  "throughput_change_pct", "why")
+FAILURES = Columns("profile", "concurrency", "error", "count")
+SERVER = Columns("t_s", "name", "labels", "value")  # metrics.csv: one row per scrape and series
+
+# vLLM's own metric names (its /metrics), as the scraper stores and the analysis reads them.
+VLLM = Columns()
+for _attr, _name in {
+    "running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
+    "kv_cache": "vllm:kv_cache_usage_perc", "preemptions": "vllm:num_preemptions_total",
+    "prefix_hits": "vllm:prefix_cache_hits_total", "prefix_queries": "vllm:prefix_cache_queries_total",
+    "queue_time": "vllm:request_queue_time_seconds", "prefill_time": "vllm:request_prefill_time_seconds",
+    "decode_time": "vllm:request_decode_time_seconds", "ttft": "vllm:time_to_first_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+}.items():
+    object.__setattr__(VLLM, _attr, _name)
+VLLM_PREFIX = "vllm:"
+
+# -- run directory layout ----------------------------------------------------------------------
+SAMPLES_PREFIX, REQUESTS_PREFIX, LOAD_RECORD_PREFIX = "samples-", "requests-", "loadrun-"
+RUN_RECORD = "run.json"
+FAILURE_RECORD = "failed.json"
+MANIFEST = "manifest.json"
+METRICS_CSV = "metrics.csv"
+METRICS_BEFORE = "metrics-before.prom"
+METRICS_AFTER = "metrics-after.prom"
+SERVER_LOG = "server.log"
+LOCUST_LOG = "locust.log"
+LOCUST_WORKERS_LOG = "locust-workers.log"
+LOCUST_CSV_PREFIX = "locust"
+INCOMPLETE = ".incomplete-"
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text))[:80] or "x"
+
+
+def samples_file(directory: str | Path, run_id: str, worker_id: str) -> Path:
+    return Path(directory) / f"{SAMPLES_PREFIX}{safe_name(run_id)}-{safe_name(worker_id)}.csv"
+
+
+def requests_file(directory: str | Path, run_id: str, worker_id: str) -> Path:
+    return Path(directory) / f"{REQUESTS_PREFIX}{safe_name(run_id)}-{safe_name(worker_id)}.csv"
+
+
+def load_record_file(directory: str | Path, run_id: str) -> Path:
+    return Path(directory) / f"{LOAD_RECORD_PREFIX}{safe_name(run_id)}.json"
+
+
+def sweep_run_dir(out: str | Path, label: str, concurrency: int, repeat: int) -> Path:
+    """``OUT/<profile or label>/c<concurrency>/r<repeat>``."""
+    return Path(out) / label / f"c{concurrency}" / f"r{repeat}"
+
+
+def sweep_run_id(label: str, concurrency: int, repeat: int) -> str:
+    return f"{label}-c{concurrency}-r{repeat}"
+
+
+def server_dir(out: str | Path, label: str, external: bool, stamp: str) -> Path:
+    """``OUT/<label>/server-<time>`` (launched) or ``OUT/<label>/external-<time>``."""
+    return Path(out) / label / f"{'external' if external else 'server'}-{stamp}"
