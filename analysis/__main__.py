@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from vllm_locust.schema import RUN
+
 from .attribution import attribution_table
 from .checklist import checklist
 from .load import AnalysisError, load_runs
@@ -38,6 +40,8 @@ def pick_baseline(profiles: list[str], wanted: str | None) -> str:
         if wanted not in profiles:
             raise AnalysisError(f"--baseline {wanted!r} has no runs here; profiles: {', '.join(profiles)}")
         return wanted
+    if len(profiles) == 1:
+        return profiles[0]  # one label: a summary and a report, no verdict
     named = [p for p in profiles if p.startswith("baseline")]
     if len(named) == 1:
         return named[0]
@@ -57,7 +61,7 @@ def main(argv=None) -> int:
         print(f"analysis: {err}", file=sys.stderr)
         return 2
     rule = Rule(max_throughput_drop_pct=args.max_throughput_drop, bootstrap=args.bootstrap, seed=args.seed)
-    durations = {r.run_key: float(r.record.get("duration_s") or 0) for r in runs}
+    durations = {r.run_key: float(r.record.get(RUN.duration_s) or 0) for r in runs}
     run_frame = per_run(samples, requests, server, durations)
     summary = summarize(samples, requests, run_frame)
     comparison = compare(samples, run_frame, baseline, rule)
@@ -72,6 +76,8 @@ def main(argv=None) -> int:
                              samples=samples, server=server, runs=run_frame, rule=rule)
     for profile, verdict in sorted(result.items()):
         print(f"{profile}: {verdict} {baseline}")
+    if not result:
+        print(f"{baseline}: one label, so a summary and no verdict")
     print(f"wrote {out / 'summary.csv'}, {md.name}, {html.name}")
 
     failed = []

@@ -1,4 +1,4 @@
-"""Find and read every run under a runs directory (the layout ``launch/sweep.sh`` writes).
+"""Find and read every run under a directory: a sweep's layout, or any ``--samples-dir`` of Locust.
 
 A run is a directory with ``run.json`` (written last, so only finished runs count). Problems a
 person can fix raise ``AnalysisError`` with one line that says what to do.
@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+
+from vllm_locust.schema import (FAILURE_RECORD, INCOMPLETE, LOAD_RECORD_PREFIX, MANIFEST, MEASURED, METRICS_CSV,
+                                REQUEST, REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE, SAMPLES_PREFIX)
 
 
 class AnalysisError(Exception):
@@ -28,44 +31,129 @@ class Run:
 
     @property
     def profile(self) -> str:
-        return self.record["profile"]
+        return self.record[RUN.profile]
 
     @property
     def run_key(self) -> str:
-        return f"{self.profile}/c{self.record['concurrency']}/r{self.record['repeat']}"
+        return f"{self.profile}/c{self.record[RUN.concurrency]}/r{self.record[RUN.repeat]}"
 
 
-def _read_many(files: list[Path]) -> pd.DataFrame:
-    frames = [pd.read_csv(f) for f in files if f.stat().st_size > 0]
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
+        raise AnalysisError(f"{path}: not a readable CSV ({type(err).__name__}); move it away or delete it") from None
+
+
+def _read_many(files: list[Path], columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    frames = [_read_csv(f) for f in files if f.stat().st_size > 0]
+    for f, frame in zip(files, frames):
+        missing = [c for c in columns if c not in frame.columns]
+        if missing and not frame.empty:
+            raise AnalysisError(f"{f}: missing column(s) {', '.join(missing)}: not a file this suite wrote")
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _read_raw(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    samples = _read_many(sorted(directory.glob(f"{SAMPLES_PREFIX}*.csv")), tuple(SAMPLE))
+    requests = _read_many(sorted(directory.glob(f"{REQUESTS_PREFIX}*.csv")), tuple(REQUEST))
+    return samples, requests
+
+
+def _metrics(directory: Path) -> pd.DataFrame:
+    path = directory / METRICS_CSV
+    return _read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise AnalysisError(f"{path}: not readable JSON ({type(err).__name__}); move it away or delete it") from None
+    if not isinstance(data, dict):
+        raise AnalysisError(f"{path}: not a JSON object")
+    return data
+
+
 def read_run(directory: Path) -> Run:
-    record = json.loads((directory / "run.json").read_text())
-    samples = _read_many(sorted(directory.glob("samples-*.csv")))
-    requests = _read_many(sorted(directory.glob("requests-*.csv")))
-    metrics_file = directory / "metrics.csv"
-    metrics = pd.read_csv(metrics_file) if metrics_file.exists() and metrics_file.stat().st_size else pd.DataFrame()
+    """A sweep run: ``run.json`` says its label, concurrency and repeat."""
+    record = _json(directory / RUN_RECORD)
+    for key in (RUN.profile, RUN.concurrency, RUN.repeat):
+        if key not in record:
+            raise AnalysisError(f"{directory / RUN_RECORD}: no {key!r}: not a run record of this suite")
+    samples, requests = _read_raw(directory)
     manifest = {}
-    server_dir = Path(record.get("server_dir") or "")
-    if not (server_dir / "manifest.json").exists():
+    server_dir = Path(record.get(RUN.server_dir) or "")
+    if not (server_dir / MANIFEST).exists():
         # Runs copied from another host keep their layout, not their absolute paths.
         server_dir = directory.parent.parent / server_dir.name
-    if (server_dir / "manifest.json").exists():
-        manifest = json.loads((server_dir / "manifest.json").read_text())
-    return Run(directory, record, samples, requests, metrics, manifest)
+    if (server_dir / MANIFEST).exists():
+        manifest = _json(server_dir / MANIFEST)
+    return Run(directory, record, samples, requests, _metrics(directory), manifest)
+
+
+def measured_seconds(load_record: dict, step, concurrency) -> float:
+    """Seconds the load record's timeline held the measured phase at this step and concurrency."""
+    timeline = sorted(load_record.get("timeline") or [], key=lambda c: c["t_s"])
+    end = load_record.get("stopped_s") or (timeline[-1]["t_s"] if timeline else 0)
+    total = 0.0
+    for change, after in zip(timeline, timeline[1:] + [{"t_s": end}]):
+        same_step = (change.get("step") == step) or (change.get("step") is None and pd.isna(step))
+        if change.get("phase") == MEASURED and same_step and change.get("concurrency") == concurrency:
+            total += max(0.0, after["t_s"] - change["t_s"])
+    return total
+
+
+def read_recording(directory: Path, label: str) -> list[Run]:
+    """A plain Locust run (headless with --steps, or from the web UI): one Run per run id and step,
+    labelled by its directory; concurrency and step come from each sample's own labels."""
+    samples, requests = _read_raw(directory)
+    if samples.empty:
+        return []
+    records = {}
+    for path in directory.glob(f"{LOAD_RECORD_PREFIX}*.json"):
+        record = _json(path)
+        records[str(record.get("run_id"))] = record
+    samples = samples[samples[SAMPLE.concurrency].notna()]  # a ramp before spawning completed has none
+    runs, repeats = [], {}
+    metrics = _metrics(directory)
+    for (run_id, concurrency, step), s in samples.groupby(
+            [SAMPLE.run_id, SAMPLE.concurrency, samples[SAMPLE.step].fillna(-1)], sort=True):
+        step = None if step == -1 else int(step)
+        concurrency = int(concurrency)
+        r = requests[(requests[REQUEST.run_id] == run_id) & (requests[REQUEST.concurrency] == concurrency)
+                     & (requests[REQUEST.step].fillna(-1) == (-1 if step is None else step))] if not requests.empty else requests
+        repeats[concurrency] = repeats.get(concurrency, 0) + 1
+        load = records.get(str(run_id), {})
+        duration = measured_seconds(load, step, concurrency) if load else 0.0
+        record = {RUN.profile: label, RUN.concurrency: concurrency, RUN.repeat: repeats[concurrency],
+                  RUN.duration_s: duration, RUN.warmup_s: float((load.get("options") or {}).get("step_warmup") or 0)
+                  if step is not None else 0.0, RUN.versions: load.get("versions") or {}, "run_id": run_id, "step": step}
+        runs.append(Run(directory, record, s, r, metrics, {}))
+    return runs
 
 
 def load_runs(runs_dir: str | Path) -> list[Run]:
-    """Every finished run under ``runs_dir``; raises ``AnalysisError`` when there is nothing to analyse."""
+    """Every finished run under ``runs_dir``: sweep runs (``run.json``) and plain Locust recordings
+    (``samples-*.csv`` without a run record); ``AnalysisError`` when there is nothing to analyse."""
     root = Path(runs_dir)
     if not root.is_dir():
-        raise AnalysisError(f"{root}: no such directory (give the --out of launch/sweep.sh)")
-    runs = [read_run(p.parent) for p in sorted(root.glob("*/c*/r*/run.json")) if ".incomplete-" not in str(p)]
+        raise AnalysisError(f"{root}: no such directory (give a --samples-dir or the --out of launch/sweep.sh)")
+    dirs = sorted({p.parent for p in root.rglob(f"{SAMPLES_PREFIX}*.csv")} | {p.parent for p in root.rglob(RUN_RECORD)})
+    runs: list[Run] = []
+    for d in dirs:
+        if INCOMPLETE in str(d.relative_to(root)) or (d / FAILURE_RECORD).exists() and not (d / RUN_RECORD).exists():
+            continue
+        if (d / RUN_RECORD).exists():
+            runs.append(read_run(d))
+        else:
+            label = root.resolve().name if d == root else str(d.relative_to(root))
+            runs.extend(read_recording(d, label))
     if not runs:
-        raise AnalysisError(f"{root}: no finished runs (no <profile>/c<N>/r<K>/run.json); run launch/sweep.sh --out {root}")
-    empty = [r.run_key for r in runs if r.samples.empty or "metric" not in r.samples]
+        raise AnalysisError(f"{root}: no finished runs (no samples-*.csv, no <profile>/c<N>/r<K>/run.json); "
+                            f"record some with locust --samples-dir or launch/sweep.sh --out {root}")
+    empty = [r.run_key for r in runs if r.samples.empty or SAMPLE.metric not in r.samples]
     if empty:
         raise AnalysisError(f"runs without samples: {', '.join(empty)} (see locust.log in each; the server may not have answered)")
     return runs

@@ -97,7 +97,7 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
         (fig_dir / f"{name}.png").write_bytes(data)
 
     verdict_lines = [f"- **{p}**: {v} the baseline `{baseline}`" for p, v in sorted(overall.items())] or \
-        ["- only the baseline was measured: nothing to compare"]
+        ["- only one label was measured: a summary, no verdict"]
     check_lines = [f"- [{'x' if ok else ' ' if ok is False else '?'}] {item}: {facts}" for item, ok, facts in checklist]
     sections = [
         ("Verdict", "\n".join(verdict_lines) + "\n\nRule: p95 TTFT and p95 ITL both improve with 95% bootstrap "
@@ -120,8 +120,9 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
         return frame.to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0) if len(frame) else "<p>(none)</p>"
 
     body = ["<h1>Baseline vs candidates: vLLM latency report</h1>",
-            "<h2>Verdict</h2><ul>" + "".join(f"<li><b>{html.escape(p)}</b>: {html.escape(v)} the baseline "
-                                             f"<code>{html.escape(baseline)}</code></li>" for p, v in sorted(overall.items())) + "</ul>",
+            "<h2>Verdict</h2><ul>" + ("".join(f"<li><b>{html.escape(p)}</b>: {html.escape(v)} the baseline "
+                                              f"<code>{html.escape(baseline)}</code></li>" for p, v in sorted(overall.items()))
+                                      or "<li>only one label was measured: a summary, no verdict</li>") + "</ul>",
             f"<p>{html.escape(sections[0][1].split(chr(10) * 2, 1)[-1])}</p>",
             "<h2>Per concurrency</h2>" + table_html(per_level),
             "<h2>Changes against the baseline</h2>" + table_html(comparison),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: set up everything a fresh machine lacks (launch/setup.sh), then run pytest:
-# unit tests against an in-test exact-timing server, integration tests against real vLLM (CPU
-# build) and real Locust. Integration tests may not be skipped here.
+# unit (no subprocess), e2e (real Locust and the mock server), integration (real vLLM CPU).
+# Integration tests may not be skipped here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash launch/setup.sh

@@ -94,3 +94,15 @@ def test_wrong_model_fails_fast_with_one_line(vllm_server, tmp_path):
 def test_unreachable_server_fails_fast(tmp_path):
     proc = run_locust("http://127.0.0.1:9", tmp_path / "down", "-u", "1", "-t", "10s", *LOAD, timeout=60)
     assert proc.returncode != 0 and "cannot reach http://127.0.0.1:9/v1/models" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_completions_endpoint_against_real_vllm(vllm_server, tmp_path):
+    out = tmp_path / "completions"
+    proc = run_locust(vllm_server.url, out, "--endpoint", "completions", "-u", "2", "-r", "2", "-t", "10s", *LOAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    requests = read_all(str(out / "requests-*.csv"))
+    ok = requests[requests["error"].isna()]
+    assert len(ok) >= 2 and (ok["endpoint"] == "completions").all()
+    assert (ok["prompt_tokens"] == 128).all(), "a completions prompt is exact by the server's own count too"
+    assert (ok["completion_tokens"] == 24).all()
+    assert summary_count(proc, "TTFT", request_type="completions") == len(ok)

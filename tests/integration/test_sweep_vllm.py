@@ -44,7 +44,8 @@ def cpu_sweep(tmp_path_factory):
     proc = launch("sweep.sh", "--profiles", "baseline-cpu,optimized-cpu", "--concurrency", "2", "--warmup", "3",
                   "--duration", "8", "--repeats", "1", "--out", str(out),
                   "--", "--prompt-tokens", "128", "--max-tokens", "24", "--prompt-pool", "32",
-                  env={"OPENAI_API_KEY": SECRET, "PORT": str(free_port())})
+                  # The key the way a user passes it: VLLM_API_KEY to the server, OPENAI_API_KEY to the client.
+                  env={"OPENAI_API_KEY": SECRET, "VLLM_API_KEY": SECRET, "PORT": str(free_port())})
     return out, proc
 
 
@@ -74,6 +75,15 @@ def test_sweep_of_two_cpu_profiles_keeps_everything(cpu_sweep):
         assert "vllm:num_requests_waiting" in (run / "metrics-after.prom").read_text()
         assert "optimized-cpu" not in str(list((out / "baseline-cpu").rglob("*"))), "each profile under its own dir"
     assert "run 2 of 2" in proc.stderr
+
+
+def test_no_file_the_sweep_wrote_holds_the_api_key(cpu_sweep):
+    out, proc = cpu_sweep
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    leaked = [str(p) for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked, f"the API key is in {leaked}"
+    requests_rows = pd.concat(pd.read_csv(f) for f in out.rglob("requests-*.csv"))
+    assert requests_rows["error"].isna().all(), "every request carried the key the server required"
 
 
 def test_analysis_of_the_real_sweep(cpu_sweep):

@@ -50,47 +50,6 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("endpoint", ["chat", "completions"])
-def test_ttft_and_every_itl_within_1ms_of_server_truth(fake_server, tmp_path, endpoint):
-    fake_server.configure(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
-    env, fired = make_env(fake_server.url, tmp_path, endpoint=endpoint)
-    user = ChatStreamUser(env)
-    user.on_start()
-    user.stream_completion()  # opens the connection and warms the SDK's parsers, as a warm-up does
-    fake_server.configure(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
-    fired.clear()
-    for _ in range(5):
-        user.stream_completion()
-    log = [r for r in fake_server.log() if r["sends"]]
-    assert len(log) == 5, "the server saw every request"
-    ttfts, itls = by_name(fired, "TTFT"), by_name(fired, "ITL")
-    assert len(ttfts) == 5 and len(itls) == 5 * 15, "one TTFT per request, one ITL per gap (16 tokens -> 15)"
-    ttft_errors, itl_errors = [], []
-    for i, record in enumerate(log):
-        truth_ttft = (record["sends"][0] - record["recv"]) * 1000
-        ttft_errors.append(abs(ttfts[i]["response_time"] - truth_ttft))
-        assert abs(ttfts[i]["response_time"] - TTFT_MS) < 5.0, "the script's TTFT, give or take the server's sleep"
-        truth_gaps = [(b - a) * 1000 for a, b in zip(record["sends"], record["sends"][1:])]
-        measured = [e["response_time"] for e in itls[15 * i:15 * (i + 1)]]
-        itl_errors += [abs(m - t) for m, t in zip(measured, truth_gaps)]
-    # The truth is the server's own instants: request line in, bytes handed to the socket. A TTFT
-    # also holds two loopback deliveries with a wake-up each (0.2-0.8 ms apiece on a 2-core VM,
-    # measured in docs/benchmark.md); an ITL holds the difference of two. Hence the medians.
-    ttft_errors.sort()
-    itl_errors.sort()
-    assert ttft_errors[2] < 1.5, f"median TTFT error {ttft_errors[2]:.3f} ms (all: {ttft_errors})"
-    assert itl_errors[len(itl_errors) // 2] < 1.0, f"median ITL error {itl_errors[len(itl_errors) // 2]:.3f} ms"
-    assert ttft_errors[-1] < 3.0 and itl_errors[-1] < 3.0, f"worst TTFT {ttft_errors[-1]:.3f}, ITL {itl_errors[-1]:.3f} ms"
-    e2e, tpot = by_name(fired, "E2E"), by_name(fired, "TPOT")
-    assert [e["response_length"] for e in e2e] == [16] * 5, "E2E carries usage.completion_tokens"
-    for i in range(5):
-        gaps = sum(e["response_time"] for e in itls[15 * i:15 * (i + 1)])
-        assert abs(e2e[i]["response_time"] - ttfts[i]["response_time"] - gaps) < 1e-3, "E2E - TTFT == sum(ITL)"
-        assert abs(tpot[i]["response_time"] - gaps / 15) < 1e-3, "TPOT = (E2E - TTFT) / (tokens - 1)"
-    assert all(e["exception"] is None for e in fired), "no failures on a clean stream"
-    assert all(e["request_type"] == endpoint for e in fired)
-
-
 def test_usage_chunks_and_raw_files(fake_server, tmp_path):
     fake_server.configure(ttft_ms=20, itl_ms=2)
     env, fired = make_env(fake_server.url, tmp_path, max_tokens=5)

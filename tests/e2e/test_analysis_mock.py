@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import start_fake_server
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 LOAD = ["--", "--max-tokens", "10", "--prompt-tokens", "32", "--prompt-pool", "8"]
 
 

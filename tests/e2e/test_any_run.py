@@ -1,0 +1,91 @@
+"""The analysis reads any run the suite records: a plain ``locust --steps`` samples dir, a sweep
+with ``--workers``; broken files get one line and exit 2, never a traceback."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from vllm_locust.schema import LOAD_RECORD_PREFIX, SUMMARY
+
+ROOT = Path(__file__).resolve().parents[2]
+LOAD = ["--max-tokens", "8", "--prompt-tokens", "32", "--prompt-pool", "8"]
+
+
+def locust(host, *args, timeout=120):
+    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", host, "--headless",
+           "--only-summary", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def analyse(*args):
+    return subprocess.run([sys.executable, "-m", "analysis", *map(str, args), "--bootstrap", "100"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def steps_run(tmp_path_factory):
+    from tests.conftest import start_fake_server
+
+    server = start_fake_server()
+    server.configure(ttft_ms=20, itl_ms=2, tokens=8)
+    out = tmp_path_factory.mktemp("steps") / "plain"
+    try:
+        proc = locust(server.url, "--steps", "1,3", "--step-warmup", "1", "--step-duration", "4",
+                      "--samples-dir", str(out), "--prompt-cache-dir", str(out / "cache"), *LOAD)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_a_plain_steps_run_gives_one_summary_row_per_step(steps_run):
+    records = list(steps_run.glob(f"{LOAD_RECORD_PREFIX}*.json"))
+    assert len(records) == 1, "the plugin writes its load record beside the samples"
+    timeline = json.loads(records[0].read_text())["timeline"]
+    assert [(c["phase"], c["concurrency"]) for c in timeline if c["concurrency"]] == \
+        [("warmup", 1), ("measured", 1), ("warmup", 3), ("measured", 3)]
+    proc = analyse(steps_run)
+    assert proc.returncode == 0, proc.stderr
+    assert "one label, so a summary and no verdict" in proc.stdout, "a single label needs no --baseline"
+    summary = pd.read_csv(steps_run / "summary.csv")
+    assert summary[SUMMARY.concurrency].tolist() == [1, 3] and (summary[SUMMARY.profile] == "plain").all()
+    # Closed loop at the mock's 20 + 7 x 2 = 34 ms per request: throughput follows the concurrency.
+    rps = summary.set_index(SUMMARY.concurrency)[SUMMARY.requests_per_s]
+    assert rps[3] > 2 * rps[1], f"the measured windows come from the timeline: {rps.to_dict()}"
+    assert "only one label was measured" in (steps_run / "report.md").read_text()
+
+
+@pytest.mark.parametrize("damage", ["random bytes", "wrong columns", "bad run.json"])
+def test_broken_files_get_one_line_and_exit_2(steps_run, tmp_path, damage):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(steps_run, broken)
+    sample = next(broken.glob("samples-*.csv"))
+    if damage == "random bytes":
+        sample.write_bytes(bytes(range(256)) * 8)
+    elif damage == "wrong columns":
+        sample.write_text("a,b\n1,2\n")
+    else:
+        (broken / "run.json").write_text("{not json")
+    proc = analyse(broken)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("analysis: ")
+
+
+def test_sweep_with_workers_records_every_worker(fake_server, tmp_path):
+    fake_server.configure(ttft_ms=10, itl_ms=2, tokens=8)
+    out = tmp_path / "runs"
+    proc = subprocess.run(["bash", str(ROOT / "launch" / "sweep.sh"), "--external-url", fake_server.url, "--label",
+                           "w2", "--concurrency", "4", "--warmup", "1", "--duration", "4", "--workers", "2",
+                           "--out", str(out), "--", *LOAD], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = out / "w2" / "c4" / "r1"
+    requests = pd.concat(pd.read_csv(f) for f in run.glob("requests-*.csv"))
+    assert requests["worker_id"].nunique() == 2 and len(list(run.glob("requests-*.csv"))) == 2, "two worker processes"
+    assert json.loads((run / "run.json").read_text())["workers"] == 2
+    assert analyse(out).returncode == 0

@@ -1,0 +1,54 @@
+"""Attribution sentences agree with the numbers they are given; the scraper's tidy rows."""
+
+import json
+import math
+
+import pandas as pd
+
+from analysis.attribution import attribute
+from vllm_locust.schema import SERVER
+from vllm_locust.scraper import tidy_rows
+
+
+def row(**kw):
+    base = dict(server_queue_ms=5.0, server_prefill_ms=50.0, server_decode_ms=400.0, max_num_requests_waiting=0.0,
+                mean_ttft_ms=80.0, server_ttft_mean_ms=60.0, preemptions=0.0, mean_kv_cache_usage=0.1,
+                prefix_cache_hit_rate=float("nan"))
+    return pd.Series({**base, **kw})
+
+
+def test_queueing_only_when_the_queue_dominates_and_requests_waited():
+    assert "mostly from queueing" in attribute(row(server_queue_ms=300.0, max_num_requests_waiting=12.0))
+    assert "mostly from execution" in attribute(row(server_queue_ms=300.0, max_num_requests_waiting=0.0))
+    assert "mostly from execution" in attribute(row())
+    text = attribute(row(preemptions=3.0))
+    assert "3 preemptions" in text and "20.0 ms outside the engine" in text
+
+
+def test_no_histograms_cannot_attribute():
+    assert "cannot attribute" in attribute(row(server_queue_ms=math.nan))
+
+
+PROM = """# HELP vllm:num_requests_running Number of requests running.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
+# HELP vllm:time_to_first_token_seconds TTFT.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="tiny"} 2.0
+vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="tiny"} 5.0
+vllm:time_to_first_token_seconds_count{model_name="tiny"} 5.0
+vllm:time_to_first_token_seconds_sum{model_name="tiny"} 0.9
+# HELP process_cpu_seconds_total CPU.
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 12.0
+"""
+
+
+def test_scraper_keeps_vllm_series_as_tidy_rows():
+    rows = tidy_rows(PROM, 100.0)
+    names = [r[SERVER.name] for r in rows]
+    assert "process_cpu_seconds_total" not in names, "only vllm: series"
+    assert names.count("vllm:time_to_first_token_seconds_bucket") == 2
+    running = next(r for r in rows if r[SERVER.name] == "vllm:num_requests_running")
+    assert running[SERVER.value] == 3.0 and json.loads(running[SERVER.labels]) == {"engine": "0", "model_name": "tiny"}
+    assert set(rows[0]) == set(SERVER) and all(r[SERVER.t_s] == 100.0 for r in rows)
