@@ -1,4 +1,4 @@
-"""python -m analysis RUNS_DIR [--baseline PROFILE]: summary.csv, comparison.csv, report.md, report.html.
+"""python -m analysis RUNS_DIR [--baseline PROFILE]: summary.csv, comparison.csv, verdict.csv, failures.csv, report.md, report.html.
 
 Exit codes: 0 done; 1 a gate failed (--fail-unless-beats, --slo-p95-ttft-ms, --slo-p95-itl-ms);
 2 bad input (one line on stderr, no traceback).
@@ -17,7 +17,7 @@ from .checklist import checklist
 from .load import AnalysisError, load_runs
 from .report import write_reports
 from .summary import per_run, summarize
-from .tidy import check_same_workload, tidy_requests, tidy_samples, tidy_server
+from .tidy import check_same_workload, failure_table, successful_samples, tidy_requests, tidy_samples, tidy_server
 from .verdict import Rule, compare, overall, verdicts
 
 
@@ -54,6 +54,7 @@ def main(argv=None) -> int:
         runs = load_runs(args.runs_dir)
         check_same_workload(runs)
         samples, requests, server = tidy_samples(runs), tidy_requests(runs), tidy_server(runs)
+        samples = successful_samples(samples, requests)
         if samples.empty:
             raise AnalysisError(f"{args.runs_dir}: no measured samples (was every run all warm-up?)")
         baseline = pick_baseline(sorted(samples["profile"].unique()), args.baseline)
@@ -71,6 +72,7 @@ def main(argv=None) -> int:
     summary.to_csv(out / "summary.csv", index=False)
     comparison.to_csv(out / "comparison.csv", index=False)
     per_level.to_csv(out / "verdict.csv", index=False)
+    failure_table(requests).to_csv(out / "failures.csv", index=False)
     md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
                              overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests),
                              samples=samples, server=server, runs=run_frame, rule=rule)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from vllm_locust.schema import FAILURES, IDS, REQUEST, SAMPLE
+
 from .load import AnalysisError, Run
 
 ID_COLUMNS = ("run_key", "profile", "concurrency", "repeat")
@@ -27,6 +29,28 @@ def measured(frame: pd.DataFrame) -> pd.DataFrame:
 def succeeded(requests: pd.DataFrame) -> pd.DataFrame:
     """Requests without an error (the recorder leaves ``error`` empty on success)."""
     return requests[requests["error"].isna()] if "error" in requests else requests
+
+
+def successful_samples(samples: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
+    """Samples of requests that succeeded: latency percentiles never mix in a failed request's
+    partial stream (failures are counted, by kind, in ``failure_table``)."""
+    if requests.empty or REQUEST.error not in requests:
+        return samples
+    failed = set(zip(requests.loc[requests[REQUEST.error].notna(), IDS.run_key],
+                     requests.loc[requests[REQUEST.error].notna(), REQUEST.request_id]))
+    if not failed:
+        return samples
+    keys = list(zip(samples[IDS.run_key], samples[SAMPLE.request_id]))
+    return samples[[k not in failed for k in keys]]
+
+
+def failure_table(requests: pd.DataFrame) -> pd.DataFrame:
+    """Failed requests counted by label, concurrency and message."""
+    if requests.empty or REQUEST.error not in requests:
+        return pd.DataFrame(columns=list(FAILURES))
+    bad = requests[requests[REQUEST.error].notna()]
+    counts = bad.groupby([IDS.profile, IDS.concurrency, REQUEST.error]).size().reset_index(name=FAILURES.count)
+    return counts.rename(columns={REQUEST.error: FAILURES.error})[list(FAILURES)]
 
 
 def tidy_samples(runs: list[Run]) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """How far the suite's TTFT and ITL are from the truth, at 1, 16, 64 and 256 concurrent streams.
 
-The truth is the exact-timing fake server's own record (``tests/fakeserver.py``): when each
+The truth is the exact-timing fake server's own record (``vllm_locust/mockserver.py``): when each
 request arrived and when each chunk was handed to the socket, on the same monotonic clock. The
 client is the real thing: ``locust --headless`` on this project's locustfile, one process.
 Writes a Markdown table to stdout (and ``--out``): p50 and p95 of client and server, and the error.
@@ -22,7 +22,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.conftest import start_fake_server  # noqa: E402
+from vllm_locust.mockserver import start_process  # noqa: E402
 
 
 def truth(log: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -102,13 +102,13 @@ def main() -> None:
     parser.add_argument("--itl-ms", type=float, default=15.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    server = start_fake_server()
+    server = start_process()
     try:
         floor = raw_socket_floor(server, args.ttft_ms, args.itl_ms, args.tokens)
         rows = [run_level(server, int(n), args.duration, args.tokens, args.ttft_ms, args.itl_ms)
                 for n in args.streams.split(",")]
     finally:
-        server.proc.terminate()
+        server.stop()
     table = pd.DataFrame(rows).to_markdown(index=False) if _has_tabulate() else pd.DataFrame(rows).to_string(index=False)
     table += f"\n\nBare-socket client, 1 stream, same script: median TTFT error {floor:.2f} ms (the machine's floor)."
     print(table)

@@ -52,3 +52,16 @@ def test_scraper_keeps_vllm_series_as_tidy_rows():
     running = next(r for r in rows if r[SERVER.name] == "vllm:num_requests_running")
     assert running[SERVER.value] == 3.0 and json.loads(running[SERVER.labels]) == {"engine": "0", "model_name": "tiny"}
     assert set(rows[0]) == set(SERVER) and all(r[SERVER.t_s] == 100.0 for r in rows)
+
+
+def test_failed_requests_leave_latency_percentiles_and_are_counted_by_kind():
+    from analysis.tidy import failure_table, successful_samples
+
+    samples = pd.DataFrame({"run_key": ["a/c1/r1"] * 3, "request_id": ["q1", "q2", "q2"], "metric": ["TTFT"] * 3,
+                            "value_ms": [10.0, 900.0, 1.0], "profile": ["a"] * 3, "concurrency": [1] * 3})
+    requests = pd.DataFrame({"run_key": ["a/c1/r1"] * 2, "request_id": ["q1", "q2"], "profile": ["a"] * 2,
+                             "concurrency": [1, 1], "error": [None, "connection failed: X"]})
+    kept = successful_samples(samples, requests)
+    assert kept["request_id"].tolist() == ["q1"], "a failed request's partial samples are left out"
+    table = failure_table(requests)
+    assert table.to_dict("records") == [{"profile": "a", "concurrency": 1, "error": "connection failed: X", "count": 1}]
