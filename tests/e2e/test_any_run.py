@@ -89,3 +89,16 @@ def test_sweep_with_workers_records_every_worker(fake_server, tmp_path):
     assert requests["worker_id"].nunique() == 2 and len(list(run.glob("requests-*.csv"))) == 2, "two worker processes"
     assert json.loads((run / "run.json").read_text())["workers"] == 2
     assert analyse(out).returncode == 0
+
+
+def test_steps_in_a_locust_conf_work_as_on_the_command_line(fake_server, tmp_path):
+    fake_server.configure(ttft_ms=10, itl_ms=2, tokens=8)
+    conf = tmp_path / "locust.conf"
+    conf.write_text("steps = 2\nstep-warmup = 1\nstep-duration = 3\n")
+    out = tmp_path / "conf"
+    proc = locust(fake_server.url, "--config", str(conf), "--samples-dir", str(out),
+                  "--prompt-cache-dir", str(out / "cache"), *LOAD)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    samples = pd.concat(pd.read_csv(f) for f in out.glob("samples-*.csv"))
+    assert set(samples["phase"]) == {"warmup", "measured"}, "the steps shape ran: a warm-up, then measured"
+    assert set(samples["concurrency"].dropna().astype(int)) == {2} and set(samples["step"].dropna()) == {0}
