@@ -16,9 +16,10 @@ from .attribution import attribution_table
 from .checklist import checklist
 from .load import AnalysisError, load_runs
 from .report import write_reports
-from .summary import per_run, summarize
-from .tidy import check_same_workload, failure_table, successful_samples, tidy_requests, tidy_samples, tidy_server
-from .verdict import Rule, compare, overall, verdicts
+from .summary import DEFAULT_MAX_CLIENT_LAG_MS, per_run, summarize
+from .tidy import (check_same_workload, failure_table, successful_samples, tidy_client, tidy_requests, tidy_samples,
+                   tidy_server)
+from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts
 
 
 def parse_args(argv):
@@ -28,6 +29,8 @@ def parse_args(argv):
     p.add_argument("--max-throughput-drop", type=float, default=20.0, help="percent (default 20)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-client-lag-ms", type=float, default=DEFAULT_MAX_CLIENT_LAG_MS,
+                   help="a run whose client event-loop lag p99 exceeds this is untrusted (default 1 ms)")
     p.add_argument("--fail-unless-beats", action="store_true",
                    help="exit 1 unless every candidate beats the baseline at every concurrency")
     p.add_argument("--slo-p95-ttft-ms", type=float, help="exit 1 if a candidate's p95 TTFT exceeds this")
@@ -63,21 +66,28 @@ def main(argv=None) -> int:
         return 2
     rule = Rule(max_throughput_drop_pct=args.max_throughput_drop, bootstrap=args.bootstrap, seed=args.seed)
     durations = {r.run_key: float(r.record.get(RUN.duration_s) or 0) for r in runs}
-    run_frame = per_run(samples, requests, server, durations)
+    run_frame = per_run(samples, requests, server, durations, tidy_client(runs), args.max_client_lag_ms)
     summary = summarize(samples, requests, run_frame)
     comparison = compare(samples, run_frame, baseline, rule)
-    per_level = verdicts(comparison, rule)
+    per_level = verdicts(comparison, rule, trust_of(summary), baseline)
     result = overall(per_level)
+    untrusted = untrusted_levels(per_level)
     out = args.runs_dir
     summary.to_csv(out / "summary.csv", index=False)
     comparison.to_csv(out / "comparison.csv", index=False)
     per_level.to_csv(out / "verdict.csv", index=False)
     failure_table(requests).to_csv(out / "failures.csv", index=False)
     md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
-                             overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests),
-                             samples=samples, server=server, runs=run_frame, rule=rule)
+                             overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests, args.max_client_lag_ms),
+                             samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted)
     for profile, verdict in sorted(result.items()):
-        print(f"{profile}: {verdict} {baseline}")
+        note = (f" (UNTRUSTED at concurrency {', '.join(map(str, untrusted[profile]))}: the client fell behind)"
+                if profile in untrusted else "")
+        print(f"{profile}: {verdict} {baseline}{note}")
+    late = summary[summary["client_trusted"] == False]  # noqa: E712
+    for row in late.itertuples():
+        print(f"untrusted: {row.profile} c={row.concurrency}: client event-loop lag p99 {row.client_loop_lag_p99_ms:.2f} ms "
+              f"> {args.max_client_lag_ms:g} ms: its TTFT/ITL include the client's own lateness (add --workers)")
     if not result:
         print(f"{baseline}: one label, so a summary and no verdict")
     print(f"wrote {out / 'summary.csv'}, {md.name}, {html.name}")

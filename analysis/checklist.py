@@ -6,7 +6,8 @@ import pandas as pd
 
 from .load import Run
 from .server import increase
-from .tidy import succeeded
+from .summary import DEFAULT_MAX_CLIENT_LAG_MS, client_audit
+from .tidy import failed, measured, succeeded
 
 
 def _max_model_len(run: Run) -> int | None:
@@ -28,7 +29,8 @@ def _prefix_hit_rate(run: Run) -> float:
     return increase(run.metrics, "vllm:prefix_cache_hits_total") / queries if queries > 0 else 0.0
 
 
-def checklist(runs: list[Run], requests: pd.DataFrame) -> list[tuple[str, bool | None, str]]:
+def checklist(runs: list[Run], requests: pd.DataFrame,
+              max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS) -> list[tuple[str, bool | None, str]]:
     """``(item, ok, facts)``; ok is None where the facts cannot settle it."""
     items = []
     vllm = sorted({r.manifest.get("versions", {}).get("vllm") or "external/unknown" for r in runs})
@@ -56,16 +58,23 @@ def checklist(runs: list[Run], requests: pd.DataFrame) -> list[tuple[str, bool |
                   + (f" (external, not restarted by the sweep: {', '.join(external)})" if external else "")))
     repeats = sorted({int(r.record.get("repeat", 1)) for r in runs})
     items.append(("Three or more repeats per point", max(repeats) >= 3, f"{max(repeats)} repeat(s) per point"))
-    saturated = [r.run_key for r in runs if _locust_cpu_warned(r)]
-    items.append(("Load generator kept up (no Locust CPU warning)", not saturated,
-                  "no warnings" if not saturated else
-                  f"CPU warning in {', '.join(saturated)}: chunks queued in the client, so its ITL there is not "
-                  "the server's; rerun with more --workers"))
+    audits = {r.run_key: client_audit(measured(r.client), max_client_lag_ms) for r in runs if not r.client.empty}
+    late = [f"{k} (loop lag p99 {a['client_loop_lag_p99_ms']:.2f} ms)" for k, a in audits.items()
+            if a["client_trusted"] is False]
+    late += [f"{r.run_key} (Locust CPU warning)" for r in runs if _locust_cpu_warned(r)]
+    unaudited = [r.run_key for r in runs if r.client.empty]
+    items.append(("Load generator kept up (event-loop lag p99 within "
+                  f"{max_client_lag_ms:g} ms, no Locust CPU warning)",
+                  (not late) if not unaudited or late else None,
+                  ("every run" if not late else
+                   f"fell behind in {', '.join(late)}: chunks waited in the client, so its TTFT/ITL there are not "
+                   "the server's; rerun with more --workers")
+                  + (f"; no audit recorded in {', '.join(unaudited)}" if unaudited else "")))
     cached = [r.run_key for r in runs if _prefix_hit_rate(r) > 0.1 and "shared-prefix" not in set(r.requests.get("workload", []))]
     items.append(("Prompts did not repeat into the prefix cache", not cached,
                   "hit rate under 10% in every run" if not cached else
-                  f"prefix-cache hit rate over 10% in {', '.join(cached)}: the prompt pool recycled within a run; "
-                  "raise --prompt-pool above the requests a run sends"))
-    failures = len(requests) - len(succeeded(requests))
+                  f"prefix-cache hit rate over 10% in {', '.join(cached)}: prompts repeated within a run "
+                  "(was --no-unique-prompts given?)"))
+    failures = len(failed(requests))
     items.append(("No failed requests", failures == 0, f"{failures} failed of {len(requests)}"))
     return items

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from vllm_locust.schema import (FAILURE_RECORD, INCOMPLETE, LOAD_RECORD_PREFIX, MANIFEST, MEASURED, METRICS_CSV,
-                                REQUEST, REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE, SAMPLES_PREFIX)
+from vllm_locust.schema import (CLIENT, CLIENT_PREFIX, FAILURE_RECORD, INCOMPLETE, LOAD_RECORD_PREFIX, MANIFEST,
+                                MEASURED, METRICS_CSV, REQUEST, REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE,
+                                SAMPLES_PREFIX)
 
 
 class AnalysisError(Exception):
@@ -28,6 +29,7 @@ class Run:
     requests: pd.DataFrame
     metrics: pd.DataFrame
     manifest: dict = field(default_factory=dict)
+    client: pd.DataFrame = field(default_factory=pd.DataFrame)  # the client's audit rows (schema.ClientRow)
 
     @property
     def profile(self) -> str:
@@ -56,9 +58,16 @@ def _read_many(files: list[Path], columns: tuple[str, ...] = ()) -> pd.DataFrame
 
 
 def _read_raw(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    samples = _read_many(sorted(directory.glob(f"{SAMPLES_PREFIX}*.csv")), tuple(SAMPLE))
+    # ``tokens`` came later: runs recorded before it are read without it.
+    samples = _read_many(sorted(directory.glob(f"{SAMPLES_PREFIX}*.csv")), tuple(c for c in SAMPLE if c != SAMPLE.tokens))
+    if not samples.empty and SAMPLE.tokens not in samples:
+        samples[SAMPLE.tokens] = float("nan")
     requests = _read_many(sorted(directory.glob(f"{REQUESTS_PREFIX}*.csv")), tuple(REQUEST))
     return samples, requests
+
+
+def _read_client(directory: Path) -> pd.DataFrame:
+    return _read_many(sorted(directory.glob(f"{CLIENT_PREFIX}*.csv")), tuple(CLIENT))
 
 
 def _metrics(directory: Path) -> pd.DataFrame:
@@ -90,7 +99,7 @@ def read_run(directory: Path) -> Run:
         server_dir = directory.parent.parent / server_dir.name
     if (server_dir / MANIFEST).exists():
         manifest = _json(server_dir / MANIFEST)
-    return Run(directory, record, samples, requests, _metrics(directory), manifest)
+    return Run(directory, record, samples, requests, _metrics(directory), manifest, _read_client(directory))
 
 
 def measured_seconds(load_record: dict, step, concurrency) -> float:
@@ -118,6 +127,7 @@ def read_recording(directory: Path, label: str) -> list[Run]:
     samples = samples[samples[SAMPLE.concurrency].notna()]  # a ramp before spawning completed has none
     runs, repeats = [], {}
     metrics = _metrics(directory)
+    client = _read_client(directory)
     for (run_id, concurrency, step), s in samples.groupby(
             [SAMPLE.run_id, SAMPLE.concurrency, samples[SAMPLE.step].fillna(-1)], sort=True):
         step = None if step == -1 else int(step)
@@ -130,7 +140,9 @@ def read_recording(directory: Path, label: str) -> list[Run]:
         record = {RUN.profile: label, RUN.concurrency: concurrency, RUN.repeat: repeats[concurrency],
                   RUN.duration_s: duration, RUN.warmup_s: float((load.get("options") or {}).get("step_warmup") or 0)
                   if step is not None else 0.0, RUN.versions: load.get("versions") or {}, "run_id": run_id, "step": step}
-        runs.append(Run(directory, record, s, r, metrics, {}))
+        c = client[(client[CLIENT.run_id] == run_id) & (client[CLIENT.concurrency] == concurrency)
+                   & (client[CLIENT.step].fillna(-1) == (-1 if step is None else step))] if not client.empty else client
+        runs.append(Run(directory, record, s, r, metrics, {}, c))
     return runs
 
 

@@ -16,6 +16,17 @@ import pandas as pd  # noqa: E402
 
 from .server import series  # noqa: E402
 
+TRUST_SHOWN = ["profile", "concurrency", "client_trusted", "client_loop_lag_p99_ms", "client_cpu_max_pct",
+               "client_spawn_to_send_max_ms", "client_minus_server_ttft_ms", "client_minus_server_itl_ms",
+               "chunks_per_token", "p50_itl_ms", "p50_itl_per_token_ms", "p95_itl_per_token_ms", "prefix_cache_hit_rate"]
+TRUST_TEXT = ("Each Locust process timed its own event loop (a 10 ms timer's lateness) during the measured phase: "
+              "a chunk is stamped only when the loop gets to it, so a loop-lag p99 over the threshold means TTFT and "
+              "ITL include the client's lateness (untrusted; add --workers). CPU share alone misses bursty overload. "
+              "Client minus server: the client's mean TTFT and ITL minus vLLM's own histogram means over the same "
+              "window (network, HTTP and detokenization; ITL differences near zero are expected). Chunks per token "
+              "below 1 means chunks carried several tokens (speculative decoding, detokenizer hold-back): ITL per "
+              "chunk (vLLM's definition) then differs from ITL per token. A prefix-cache hit rate near 0 shows that "
+              "prompts did not repeat.")
 SUMMARY_SHOWN = ["profile", "concurrency", "repeats", "requests", "failures", "p50_ttft_ms", "p95_ttft_ms",
                  "p99_ttft_ms", "p50_itl_ms", "p95_itl_ms", "p99_itl_ms", "p95_tpot_ms", "output_tokens_per_s",
                  "requests_per_s", "max_num_requests_waiting", "mean_kv_cache_usage", "preemptions"]
@@ -88,7 +99,10 @@ def _table_md(frame: pd.DataFrame) -> str:
 
 def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, comparison: pd.DataFrame,
                   per_level: pd.DataFrame, overall: dict, attribution: pd.DataFrame, checklist: list,
-                  samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame, rule) -> tuple[Path, Path]:
+                  samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame, rule,
+                  untrusted: dict | None = None) -> tuple[Path, Path]:
+    untrusted = untrusted or {}
+    trust = summary[TRUST_SHOWN]
     figures = {"distributions": _png(plot_distributions(samples)), "p95-vs-concurrency": _png(plot_p95(summary)),
                "timeline": _png(plot_timeline(samples, server, runs))}
     fig_dir = out_dir / "report-figures"
@@ -96,7 +110,12 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
     for name, data in figures.items():
         (fig_dir / f"{name}.png").write_bytes(data)
 
-    verdict_lines = [f"- **{p}**: {v} the baseline `{baseline}`" for p, v in sorted(overall.items())] or \
+    def verdict_text(p, v):
+        note = (f" (UNTRUSTED at concurrency {', '.join(map(str, untrusted[p]))}: the client fell behind, "
+                "so the numbers include its own lateness)") if p in untrusted else ""
+        return f"{v} the baseline `{baseline}`{note}"
+
+    verdict_lines = [f"- **{p}**: {verdict_text(p, v)}" for p, v in sorted(overall.items())] or \
         ["- only one label was measured: a summary, no verdict"]
     check_lines = [f"- [{'x' if ok else ' ' if ok is False else '?'}] {item}: {facts}" for item, ok, facts in checklist]
     sections = [
@@ -106,6 +125,7 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
         ("Per concurrency", _table_md(per_level)),
         ("Changes against the baseline (percent, 95% interval)", _table_md(comparison)),
         ("Summary (percentiles from raw samples)", _table_md(summary[SUMMARY_SHOWN])),
+        ("Can the client's numbers be trusted?", TRUST_TEXT + "\n\n" + _table_md(trust)),
         ("Where the latency came from", "\n".join(f"- {r.profile} c={r.concurrency}: {r.source}" for r in attribution.itertuples())),
         ("Release checklist", "\n".join(check_lines)),
     ]
@@ -120,13 +140,14 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
         return frame.to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0) if len(frame) else "<p>(none)</p>"
 
     body = ["<h1>Baseline vs candidates: vLLM latency report</h1>",
-            "<h2>Verdict</h2><ul>" + ("".join(f"<li><b>{html.escape(p)}</b>: {html.escape(v)} the baseline "
-                                              f"<code>{html.escape(baseline)}</code></li>" for p, v in sorted(overall.items()))
+            "<h2>Verdict</h2><ul>" + ("".join(f"<li><b>{html.escape(p)}</b>: {html.escape(verdict_text(p, v))}</li>"
+                                              for p, v in sorted(overall.items()))
                                       or "<li>only one label was measured: a summary, no verdict</li>") + "</ul>",
             f"<p>{html.escape(sections[0][1].split(chr(10) * 2, 1)[-1])}</p>",
             "<h2>Per concurrency</h2>" + table_html(per_level),
             "<h2>Changes against the baseline</h2>" + table_html(comparison),
             "<h2>Summary</h2>" + table_html(summary[SUMMARY_SHOWN]),
+            "<h2>Can the client's numbers be trusted?</h2><p>" + html.escape(TRUST_TEXT) + "</p>" + table_html(trust),
             "<h2>Where the latency came from</h2><ul>" + "".join(
                 f"<li>{html.escape(r.profile)} c={r.concurrency}: {html.escape(r.source)}</li>" for r in attribution.itertuples()) + "</ul>",
             "<h2>Release checklist</h2><ul>" + "".join(

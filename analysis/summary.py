@@ -2,6 +2,8 @@
 
 Percentiles come from the raw samples, never from Locust's rounded buckets. Throughput is output
 tokens (``usage.completion_tokens``) and requests completed in the measured window, per second.
+Each run also carries the client's audit of itself: a run whose event loop ran late (loop-lag p99
+over ``max_client_lag_ms``) measured its own lateness, not the server's, and is marked untrusted.
 """
 
 from __future__ import annotations
@@ -9,20 +11,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from vllm_locust.schema import (CLIENT, CPU_PCT, IDS, ITL, LOOP_LAG_MS, PER_RUN, REQUEST, SAMPLE, SPAWN_TO_SEND_MS,
+                                SUMMARY, TTFT, mean_col, pct_col)
+
 from . import server as server_stats
 from .stats import percentiles
-from .tidy import succeeded
+from .tidy import failed, interrupted, succeeded
 
-COLUMNS = [
-    "profile", "concurrency", "repeats", "requests", "failures",
-    "p50_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "mean_ttft_ms",
-    "p50_itl_ms", "p95_itl_ms", "p99_itl_ms", "mean_itl_ms",
-    "p50_tpot_ms", "p95_tpot_ms", "p50_e2e_ms", "p95_e2e_ms",
-    "output_tokens_per_s", "requests_per_s",
-    "max_num_requests_running", "max_num_requests_waiting", "mean_kv_cache_usage", "preemptions",
-    "prefix_cache_hit_rate", "server_queue_ms", "server_prefill_ms", "server_decode_ms",
-    "server_ttft_mean_ms", "server_p95_ttft_ms", "server_p95_itl_ms",
-]
+DEFAULT_MAX_CLIENT_LAG_MS = 1.0
+PERCENTILES = ((TTFT, (50, 95, 99)), (ITL, (50, 95, 99)), ("TPOT", (50, 95)), ("E2E", (50, 95)))
+SERVER_MEANS = ("mean_kv_cache_usage", "prefix_cache_hit_rate", "server_queue_ms", "server_prefill_ms",
+                "server_decode_ms", "server_ttft_mean_ms", "server_itl_mean_ms", "server_p95_ttft_ms", "server_p95_itl_ms")
 
 
 def run_throughput(requests: pd.DataFrame, duration_s: float) -> tuple[float, float]:
@@ -30,49 +29,93 @@ def run_throughput(requests: pd.DataFrame, duration_s: float) -> tuple[float, fl
     ok = succeeded(requests)
     if duration_s <= 0 or ok.empty:
         return float("nan"), float("nan")
-    tokens = ok["completion_tokens"].fillna(ok["content_chunks"]).sum()
+    tokens = ok[REQUEST.completion_tokens].fillna(ok[REQUEST.content_chunks]).sum()
     return float(tokens) / duration_s, len(ok) / duration_s
 
 
 def measured_window(samples: pd.DataFrame, requests: pd.DataFrame) -> tuple[float, float]:
-    start = float(requests["sent_at_s"].min()) if len(requests) else float(samples["t_s"].min())
-    return start, float(samples["t_s"].max())
+    start = float(requests[REQUEST.sent_at_s].min()) if len(requests) else float(samples[SAMPLE.t_s].min())
+    return start, float(samples[SAMPLE.t_s].max())
 
 
-def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame, durations: dict) -> pd.DataFrame:
-    """One row per run: throughput and server figures (the inputs that aggregate across repeats)."""
+def client_audit(client: pd.DataFrame, max_lag_ms: float) -> dict:
+    """One run's audit: loop-lag p99 (over every process's ticks), peak CPU, slowest user start."""
+    def values(metric):
+        return client.loc[client[CLIENT.metric] == metric, CLIENT.value].to_numpy(dtype=float)
+
+    lag, cpu, spawn = values(LOOP_LAG_MS), values(CPU_PCT), values(SPAWN_TO_SEND_MS)
+    p99 = float(np.percentile(lag, 99)) if len(lag) else float("nan")
+    return {PER_RUN.client_loop_lag_p99_ms: p99,
+            PER_RUN.client_cpu_max_pct: float(cpu.max()) if len(cpu) else float("nan"),
+            PER_RUN.client_spawn_to_send_max_ms: float(spawn.max()) if len(spawn) else float("nan"),
+            # no audit rows (a run recorded before the audit existed): unknown, not untrusted
+            PER_RUN.client_trusted: bool(p99 <= max_lag_ms) if len(lag) else None}
+
+
+def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame, durations: dict,
+            client: pd.DataFrame | None = None, max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS) -> pd.DataFrame:
+    """One row per run: throughput, server figures and the client audit (inputs to the repeats' aggregate)."""
+    client = client if client is not None else pd.DataFrame(columns=[IDS.run_key, *CLIENT])
     rows = []
-    for run_key, s in samples.groupby("run_key"):
-        r = requests[requests["run_key"] == run_key]
+    for run_key, s in samples.groupby(IDS.run_key):
+        r = requests[requests[IDS.run_key] == run_key]
         start, end = measured_window(s, r)
         tok_s, req_s = run_throughput(r, durations.get(run_key, end - start))
-        srv = server_stats.run_server_stats(server_stats.window(server[server["run_key"] == run_key], start, end))
-        rows.append({"run_key": run_key, "profile": s["profile"].iloc[0], "concurrency": int(s["concurrency"].iloc[0]),
-                     "repeat": int(s["repeat"].iloc[0]), "output_tokens_per_s": tok_s, "requests_per_s": req_s,
-                     "window_start_s": start, "window_end_s": end, **srv})
-    return pd.DataFrame(rows)
+        srv = server_stats.run_server_stats(server_stats.window(server[server[IDS.run_key] == run_key], start, end))
+        audit = client_audit(client[client[IDS.run_key] == run_key], max_client_lag_ms)
+        rows.append({PER_RUN.run_key: run_key, PER_RUN.profile: s[IDS.profile].iloc[0],
+                     PER_RUN.concurrency: int(s[IDS.concurrency].iloc[0]), PER_RUN.repeat: int(s[IDS.repeat].iloc[0]),
+                     PER_RUN.output_tokens_per_s: tok_s, PER_RUN.requests_per_s: req_s,
+                     PER_RUN.window_start_s: start, PER_RUN.window_end_s: end, **srv, **audit})
+    return pd.DataFrame(rows, columns=[c for c in PER_RUN if c != PER_RUN.step])
+
+
+def itl_per_token(itl: pd.DataFrame) -> np.ndarray:
+    """Each gap spread over the tokens its chunk carried: a chunk of k tokens counts k times as gap/k."""
+    known = itl[itl[SAMPLE.tokens].notna() & (itl[SAMPLE.tokens] > 0)]
+    if known.empty:
+        return np.array([])
+    k = known[SAMPLE.tokens].to_numpy(dtype=int)
+    return np.repeat(known[SAMPLE.value_ms].to_numpy() / k, k)
+
+
+def _mean(per: pd.DataFrame, key: str) -> float:
+    return float(np.nanmean(per[key])) if per[key].notna().any() else float("nan")
 
 
 def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for (profile, concurrency), s in samples.groupby(["profile", "concurrency"]):
-        r = requests[(requests["profile"] == profile) & (requests["concurrency"] == concurrency)]
-        per = runs[(runs["profile"] == profile) & (runs["concurrency"] == concurrency)]
-        row = {"profile": profile, "concurrency": int(concurrency), "repeats": int(per["repeat"].nunique()),
-               "requests": int(len(r)), "failures": len(r) - len(succeeded(r))}
-        for metric, qs in (("ttft", (50, 95, 99)), ("itl", (50, 95, 99)), ("tpot", (50, 95)), ("e2e", (50, 95))):
-            values = s.loc[s["metric"] == metric.upper(), "value_ms"].to_numpy()
+    for (profile, concurrency), s in samples.groupby([IDS.profile, IDS.concurrency]):
+        r = requests[(requests[IDS.profile] == profile) & (requests[IDS.concurrency] == concurrency)]
+        per = runs[(runs[PER_RUN.profile] == profile) & (runs[PER_RUN.concurrency] == concurrency)]
+        row = {SUMMARY.profile: profile, SUMMARY.concurrency: int(concurrency), SUMMARY.repeats: int(per[PER_RUN.repeat].nunique()),
+               SUMMARY.requests: int(len(r) - len(interrupted(r))), SUMMARY.failures: int(len(failed(r))),
+               SUMMARY.interrupted: int(len(interrupted(r)))}
+        for metric, qs in PERCENTILES:
+            values = s.loc[s[SAMPLE.metric] == metric, SAMPLE.value_ms].to_numpy()
             for q, v in percentiles(values, qs).items():
-                row[f"p{q}_{metric}_ms"] = v
-            if metric in ("ttft", "itl"):
-                row[f"mean_{metric}_ms"] = float(values.mean()) if len(values) else float("nan")
-        row["output_tokens_per_s"] = float(per["output_tokens_per_s"].mean())
-        row["requests_per_s"] = float(per["requests_per_s"].mean())
-        row["max_num_requests_running"] = float(per["max_num_requests_running"].max())
-        row["max_num_requests_waiting"] = float(per["max_num_requests_waiting"].max())
-        row["preemptions"] = float(per["preemptions"].sum())
-        for key in ("mean_kv_cache_usage", "prefix_cache_hit_rate", "server_queue_ms", "server_prefill_ms",
-                    "server_decode_ms", "server_ttft_mean_ms", "server_p95_ttft_ms", "server_p95_itl_ms"):
-            row[key] = float(np.nanmean(per[key])) if per[key].notna().any() else float("nan")
+                row[pct_col(metric, q)] = v
+            if metric in (TTFT, ITL):
+                row[mean_col(metric)] = float(values.mean()) if len(values) else float("nan")
+        per_token = itl_per_token(s[s[SAMPLE.metric] == ITL])
+        for q, v in percentiles(per_token, (50, 95)).items():
+            row[f"p{q}_itl_per_token_ms"] = v
+        ok = succeeded(r)
+        tokens = ok[REQUEST.completion_tokens].sum() if len(ok) else 0
+        row[SUMMARY.chunks_per_token] = float(ok[REQUEST.content_chunks].sum() / tokens) if tokens else float("nan")
+        row[SUMMARY.output_tokens_per_s] = float(per[PER_RUN.output_tokens_per_s].mean())
+        row[SUMMARY.requests_per_s] = float(per[PER_RUN.requests_per_s].mean())
+        row[SUMMARY.max_num_requests_running] = float(per[PER_RUN.max_num_requests_running].max())
+        row[SUMMARY.max_num_requests_waiting] = float(per[PER_RUN.max_num_requests_waiting].max())
+        row[SUMMARY.preemptions] = float(per[PER_RUN.preemptions].sum())
+        for key in SERVER_MEANS:
+            row[key] = _mean(per, key)
+        row[SUMMARY.client_minus_server_ttft_ms] = row[mean_col(TTFT)] - row[SUMMARY.server_ttft_mean_ms]
+        row[SUMMARY.client_minus_server_itl_ms] = row[mean_col(ITL)] - row[SUMMARY.server_itl_mean_ms]
+        row[SUMMARY.client_loop_lag_p99_ms] = float(per[PER_RUN.client_loop_lag_p99_ms].max())
+        row[SUMMARY.client_cpu_max_pct] = float(per[PER_RUN.client_cpu_max_pct].max())
+        row[SUMMARY.client_spawn_to_send_max_ms] = float(per[PER_RUN.client_spawn_to_send_max_ms].max())
+        trusted = per[PER_RUN.client_trusted].dropna()
+        row[SUMMARY.client_trusted] = bool(trusted.all()) if len(trusted) else None
         rows.append(row)
-    return pd.DataFrame(rows, columns=COLUMNS).sort_values(["profile", "concurrency"]).reset_index(drop=True)
+    return pd.DataFrame(rows, columns=list(SUMMARY)).sort_values([SUMMARY.profile, SUMMARY.concurrency]).reset_index(drop=True)

@@ -1,72 +1,95 @@
 """Tidy frames, one row per observation, each carrying its run's parameters.
 
-- ``samples``: run_key, profile, concurrency, repeat, worker_id, request_id, metric, value_ms, t_s
-  (measured phase only: warm-up samples are discarded here).
+- ``samples``: run_key, profile, concurrency, repeat, worker_id, request_id, metric, value_ms, t_s,
+  tokens (measured phase only: warm-up samples are discarded here).
 - ``requests``: one row per request of the measured phase, the same id columns plus the recorder's.
+- ``client``: the client's audit of itself (``schema.ClientRow``), measured phase, with the ids.
 - ``server``: t_s, name, labels, value, run_key, profile, concurrency, repeat.
+
+A request is *succeeded* (no error), *failed* (an error of the server or the network) or
+*interrupted* (the run's end cut it off: neither; its partial samples are left out like a failure's).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from vllm_locust.schema import FAILURES, IDS, REQUEST, SAMPLE
+from vllm_locust.schema import CLIENT, FAILURES, IDS, INTERRUPTED, MEASURED, REQUEST, SAMPLE, SERVER
 
 from .load import AnalysisError, Run
 
-ID_COLUMNS = ("run_key", "profile", "concurrency", "repeat")
+ID_COLUMNS = (IDS.run_key, IDS.profile, IDS.concurrency, IDS.repeat)
 
 
 def _with_ids(frame: pd.DataFrame, run: Run) -> pd.DataFrame:
-    return frame.assign(run_key=run.run_key, profile=run.profile,
-                        concurrency=int(run.record["concurrency"]), repeat=int(run.record["repeat"]))
+    return frame.assign(**{IDS.run_key: run.run_key, IDS.profile: run.profile,
+                           IDS.concurrency: int(run.record["concurrency"]), IDS.repeat: int(run.record["repeat"])})
 
 
 def measured(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[frame["phase"] == "measured"] if "phase" in frame else frame
+    return frame[frame[SAMPLE.phase] == MEASURED] if SAMPLE.phase in frame else frame
 
 
 def succeeded(requests: pd.DataFrame) -> pd.DataFrame:
     """Requests without an error (the recorder leaves ``error`` empty on success)."""
-    return requests[requests["error"].isna()] if "error" in requests else requests
+    return requests[requests[REQUEST.error].isna()] if REQUEST.error in requests else requests
+
+
+def failed(requests: pd.DataFrame) -> pd.DataFrame:
+    """Requests that failed: an error other than the run's end cutting them off."""
+    if REQUEST.error not in requests:
+        return requests.iloc[0:0]
+    error = requests[REQUEST.error]
+    return requests[error.notna() & (error != INTERRUPTED)]
+
+
+def interrupted(requests: pd.DataFrame) -> pd.DataFrame:
+    return requests[requests[REQUEST.error] == INTERRUPTED] if REQUEST.error in requests else requests.iloc[0:0]
 
 
 def successful_samples(samples: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """Samples of requests that succeeded: latency percentiles never mix in a failed request's
-    partial stream (failures are counted, by kind, in ``failure_table``)."""
+    """Samples of requests that succeeded: latency percentiles never mix in a failed (or cut-off)
+    request's partial stream (failures are counted, by kind, in ``failure_table``)."""
     if requests.empty or REQUEST.error not in requests:
         return samples
-    failed = set(zip(requests.loc[requests[REQUEST.error].notna(), IDS.run_key],
-                     requests.loc[requests[REQUEST.error].notna(), REQUEST.request_id]))
-    if not failed:
+    bad = requests[requests[REQUEST.error].notna()]
+    failed_keys = set(zip(bad[IDS.run_key], bad[REQUEST.request_id]))
+    if not failed_keys:
         return samples
     keys = list(zip(samples[IDS.run_key], samples[SAMPLE.request_id]))
-    return samples[[k not in failed for k in keys]]
+    return samples[[k not in failed_keys for k in keys]]
 
 
 def failure_table(requests: pd.DataFrame) -> pd.DataFrame:
     """Failed requests counted by label, concurrency and message."""
-    if requests.empty or REQUEST.error not in requests:
+    bad = failed(requests)
+    if bad.empty:
         return pd.DataFrame(columns=list(FAILURES))
-    bad = requests[requests[REQUEST.error].notna()]
     counts = bad.groupby([IDS.profile, IDS.concurrency, REQUEST.error]).size().reset_index(name=FAILURES.count)
     return counts.rename(columns={REQUEST.error: FAILURES.error})[list(FAILURES)]
 
 
 def tidy_samples(runs: list[Run]) -> pd.DataFrame:
-    cols = [*ID_COLUMNS, "worker_id", "request_id", "metric", "value_ms", "t_s"]
+    cols = [*ID_COLUMNS, SAMPLE.worker_id, SAMPLE.request_id, SAMPLE.metric, SAMPLE.value_ms, SAMPLE.t_s, SAMPLE.tokens]
     return pd.concat([_with_ids(measured(r.samples), r)[cols] for r in runs], ignore_index=True)
 
 
 def tidy_requests(runs: list[Run]) -> pd.DataFrame:
     frames = [_with_ids(measured(r.requests), r) for r in runs if not r.requests.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*ID_COLUMNS, "request_id"])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*ID_COLUMNS, REQUEST.request_id])
+
+
+def tidy_client(runs: list[Run]) -> pd.DataFrame:
+    frames = [_with_ids(measured(r.client), r) for r in runs if not r.client.empty]
+    if not frames:
+        return pd.DataFrame(columns=[*ID_COLUMNS, *CLIENT])
+    return pd.concat(frames, ignore_index=True)
 
 
 def tidy_server(runs: list[Run]) -> pd.DataFrame:
     frames = [_with_ids(r.metrics, r) for r in runs if not r.metrics.empty]
     if not frames:
-        return pd.DataFrame(columns=["t_s", "name", "labels", "value", *ID_COLUMNS])
+        return pd.DataFrame(columns=[*SERVER, *ID_COLUMNS])
     return pd.concat(frames, ignore_index=True)
 
 
@@ -76,9 +99,9 @@ def workload_of(run: Run) -> tuple:
     if req.empty:
         return ()
     ok = succeeded(req)
-    lengths = tuple(sorted(set(zip(ok["prompt_kind"], ok["prompt_tokens"].dropna().astype(int))))) if len(ok) else ()
-    outputs = tuple(sorted(set(ok["completion_tokens"].dropna().astype(int)))) if len(ok) else ()
-    return (tuple(sorted(set(req["endpoint"]))), tuple(sorted(set(req["workload"]))), lengths, outputs)
+    lengths = tuple(sorted(set(zip(ok[REQUEST.prompt_kind], ok[REQUEST.prompt_tokens].dropna().astype(int))))) if len(ok) else ()
+    outputs = tuple(sorted(set(ok[REQUEST.completion_tokens].dropna().astype(int)))) if len(ok) else ()
+    return (tuple(sorted(set(req[REQUEST.endpoint]))), tuple(sorted(set(req[REQUEST.workload]))), lengths, outputs)
 
 
 def check_same_workload(runs: list[Run]) -> None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from vllm_locust.schema import SUMMARY, VERDICT
+
 from .stats import bootstrap_ci, pct_change
 
 METRICS = (("TTFT", 50), ("TTFT", 95), ("ITL", 50), ("ITL", 95), ("TPOT", 95), ("E2E", 95))
@@ -72,8 +74,15 @@ def _improves(row: pd.Series | None) -> bool:
     return row is not None and row["ci_high_pct"] < 0
 
 
-def verdicts(comparison: pd.DataFrame, rule: Rule) -> pd.DataFrame:
-    """One row per candidate and concurrency: beats or not, and why."""
+def trust_of(summary: pd.DataFrame) -> dict:
+    """``(profile, concurrency) -> True/False/None``: did the client keep up in every run of that point."""
+    return {(r[SUMMARY.profile], r[SUMMARY.concurrency]): r[SUMMARY.client_trusted] for _, r in summary.iterrows()}
+
+
+def verdicts(comparison: pd.DataFrame, rule: Rule, trust: dict | None = None, baseline: str | None = None) -> pd.DataFrame:
+    """One row per candidate and concurrency: beats or not, why, and whether the client's numbers
+    on both sides can be trusted (a verdict on untrusted runs says so in ``why``)."""
+    trust = trust or {}
     rows = []
     for (profile, c), g in comparison.groupby(["profile", "concurrency"]):
         by = {r["metric"]: r for _, r in g.iterrows()}
@@ -85,18 +94,29 @@ def verdicts(comparison: pd.DataFrame, rule: Rule) -> pd.DataFrame:
             reasons.append("p95 ITL does not improve with an interval excluding zero")
         if tput is None or not tput["change_pct"] >= -rule.max_throughput_drop_pct:
             reasons.append(f"throughput falls more than {rule.max_throughput_drop_pct:g}%")
-        rows.append({"profile": profile, "concurrency": c, "beats": not reasons,
-                     "p95_ttft_change_pct": ttft["change_pct"] if ttft is not None else np.nan,
-                     "p95_itl_change_pct": itl["change_pct"] if itl is not None else np.nan,
-                     "throughput_change_pct": tput["change_pct"] if tput is not None else np.nan,
-                     "why": "; ".join(reasons) or "p95 TTFT and p95 ITL improve, throughput holds"})
-    return pd.DataFrame(rows, columns=["profile", "concurrency", "beats", "p95_ttft_change_pct",
-                                       "p95_itl_change_pct", "throughput_change_pct", "why"])
+        sides = [trust.get((profile, c)), trust.get((baseline, c))]
+        trusted = False if False in sides else (None if None in sides else True)
+        why = "; ".join(reasons) or "p95 TTFT and p95 ITL improve, throughput holds"
+        if trusted is False:
+            late = [p for p, t in ((profile, sides[0]), (baseline, sides[1])) if t is False]
+            why = f"UNTRUSTED: the client fell behind (loop lag) in {', '.join(map(str, late))}; " + why
+        rows.append({VERDICT.profile: profile, VERDICT.concurrency: c, VERDICT.beats: not reasons,
+                     VERDICT.p95_ttft_change_pct: ttft["change_pct"] if ttft is not None else np.nan,
+                     VERDICT.p95_itl_change_pct: itl["change_pct"] if itl is not None else np.nan,
+                     VERDICT.throughput_change_pct: tput["change_pct"] if tput is not None else np.nan,
+                     VERDICT.trusted: trusted, VERDICT.why: why})
+    return pd.DataFrame(rows, columns=list(VERDICT))
 
 
 def overall(per_level: pd.DataFrame) -> dict[str, str]:
     """``beats`` at every concurrency, ``mixed`` at some, ``does not beat`` at none."""
     result = {}
-    for profile, g in per_level.groupby("profile"):
-        result[profile] = "beats" if g["beats"].all() else "mixed" if g["beats"].any() else "does not beat"
+    for profile, g in per_level.groupby(VERDICT.profile):
+        result[profile] = "beats" if g[VERDICT.beats].all() else "mixed" if g[VERDICT.beats].any() else "does not beat"
     return result
+
+
+def untrusted_levels(per_level: pd.DataFrame) -> dict[str, list]:
+    """Per candidate, the concurrencies whose verdict rests on runs where the client fell behind."""
+    bad = per_level[per_level[VERDICT.trusted] == False]  # noqa: E712 (None means unknown, not False)
+    return {p: sorted(g[VERDICT.concurrency].tolist()) for p, g in bad.groupby(VERDICT.profile)}

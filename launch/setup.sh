@@ -5,10 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-if [[ ! -x .venv/bin/python ]] || ! .venv/bin/python -c 'import locust, pandas, openai' 2>/dev/null; then
+# Reinstall when requirements.txt changed since the last install (a reused machine keeps .venv).
+stamp=.venv/.requirements.sha1
+want=$(sha1sum requirements.txt | cut -d' ' -f1)
+if [[ ! -x .venv/bin/python ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "setup: installing the load generator into .venv"
-  "$PY" -m venv .venv
+  [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" > "$stamp"
 fi
 
 if [[ -z "${VLLM_PYTHON:-}" ]]; then

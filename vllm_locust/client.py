@@ -9,7 +9,7 @@ import openai
 import requests
 
 from .stream import StreamError
-from .wire import WireClock
+from .wire import event_hooks
 
 
 class RequestFailure(Exception):
@@ -26,20 +26,20 @@ def api_base(host: str) -> str:
     return host if host.endswith("/v1") else host + "/v1"
 
 
-def make_client(host: str, api_key: str, connect_timeout_s: float, read_timeout_s: float,
-                wire: WireClock | None = None) -> openai.OpenAI:
+def make_client(host: str, api_key: str, connect_timeout_s: float, read_timeout_s: float) -> openai.OpenAI:
     """Synchronous client (cooperative under gevent), no retries: a retry would hide a failure.
 
-    ``wire`` gets httpx's hooks, so it knows when bytes really leave and arrive (see ``wire.py``).
+    One per process, shared by all its users: no connection limit (users = concurrent streams),
+    and the wire hook stamps each request on its user's clock (see ``wire.py``).
     """
     timeout = httpx2.Timeout(read_timeout_s, connect=connect_timeout_s)
-    hooks = wire.event_hooks() if wire is not None else {}
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
     return openai.OpenAI(
         base_url=api_base(host),
         api_key=api_key or "EMPTY",
         max_retries=0,
         timeout=timeout,
-        http_client=openai.DefaultHttpxClient(timeout=timeout, event_hooks=hooks),
+        http_client=openai.DefaultHttpxClient(timeout=timeout, limits=limits, event_hooks=event_hooks()),
     )
 
 
@@ -83,6 +83,18 @@ def describe_error(err: BaseException, read_timeout_s: float | None = None) -> s
     if isinstance(err, json.JSONDecodeError):
         return f"malformed chunk: not JSON ({err.msg})"
     return f"client error (not the server's): {type(err).__name__}: {err}".splitlines()[0]
+
+
+def serves_continuous_usage(host: str, api_key: str = "", timeout_s: float = 10.0) -> bool:
+    """True for vLLM (it serves ``GET /version``), which takes ``stream_options.continuous_usage_stats``;
+    other servers may refuse the field, so it is sent only where it is known to work."""
+    url = (host or "").rstrip("/").removesuffix("/v1") + "/version"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = requests.get(url, headers=headers, timeout=timeout_s)
+        return response.status_code == 200 and "version" in response.json()
+    except (requests.RequestException, ValueError, TypeError):
+        return False
 
 
 def require_host(host: str | None) -> str:

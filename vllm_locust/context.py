@@ -1,28 +1,24 @@
-"""Per-process load context: model, workload prompts and request settings, built once and shared.
+"""Per-process load context: model, workload and request settings, built once and shared.
 
-Every user of a process draws prompts from one context, in one fixed cycle, so a run's requests
-are the same on every profile. The plugin builds it lazily under a lock (the first user waits for
-it) and rebuilds it when the options change between web UI runs.
+Every user of a process draws from one context: pool entries in one fixed cycle (the same on every
+profile), each request tagged so that its prompt is unique in the run (``workloads.Workload.tag``:
+run, worker index, request number). The plugin builds it lazily under a lock (the first user
+waits for it) and rebuilds it when the options change between web UI runs.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, field
 
-from .client import require_host, resolve_model
-from .options import workload_spec
+from .client import require_host, resolve_model, serves_continuous_usage
+from .options import as_bool, workload_spec
 from .tokencount import LocalTokenCounter, WordCounter, server_counter_or_none
-from .workloads import Prompt, WorkloadSpec, load_or_build
+from .workloads import Prompt, Workload, WorkloadSpec, load_or_build
 
 logger = logging.getLogger(__name__)
-PROMPT_STRIDE = 7919  # a prime: workers start far apart in the prompt cycle
-
-
-def as_bool(value) -> bool:
-    """Options set in the web UI arrive as strings."""
-    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
 @dataclass
@@ -30,22 +26,33 @@ class LoadContext:
     host: str
     model: str
     spec: WorkloadSpec
-    prompts: list[Prompt]
+    workload: Workload
     ignore_eos: bool
     exact_lengths: bool
     key: tuple
+    continuous_usage: bool = False
+    worker_index: int = 0
+    _sequence: itertools.count = field(default_factory=itertools.count, repr=False)
 
-    def __post_init__(self):
-        self._cycle = itertools.count()
-        self.offset = 0
+    @property
+    def prompts(self) -> list[Prompt]:
+        return self.workload.prompts
 
-    def next_prompt(self) -> Prompt:
-        return self.prompts[(self.offset + next(self._cycle)) % len(self.prompts)]
+    def next_request(self, run_id: str = "") -> tuple[Prompt, object]:
+        """The next pool entry and its rendering for one request (tagged: unique in the run)."""
+        n = next(self._sequence)
+        prompt = self.prompts[n % len(self.prompts)]
+        if not self.workload.atoms:
+            return prompt, prompt.render("")
+        if n == self.workload.unique_requests_per_worker:
+            logger.warning("this process sent %d requests: prompt tags start to repeat", n)
+        run = zlib.crc32(run_id.encode())
+        return prompt, prompt.render(self.workload.tag(run, self.worker_index, n))
 
 
 def context_key(environment) -> tuple:
     o = environment.parsed_options
-    return (environment.host, o.model, workload_spec(o), o.tokenizer, o.endpoint)
+    return (environment.host, o.model, workload_spec(o), o.tokenizer, o.endpoint, o.continuous_usage)
 
 
 def build_context(environment) -> LoadContext:
@@ -59,8 +66,10 @@ def build_context(environment) -> LoadContext:
     if counter is None:
         logger.warning("server has no /tokenize and no --tokenizer was given: prompt lengths are approximate (1 token per word)")
         counter = WordCounter()
-    prompts = load_or_build(spec, counter, o.prompt_cache_dir or None)
-    ctx = LoadContext(host, model, spec, prompts, not as_bool(o.no_ignore_eos), counter.exact, context_key(environment))
+    workload = load_or_build(spec, counter, o.prompt_cache_dir or None)
+    continuous = {"on": True, "off": False}.get(str(o.continuous_usage))
+    if continuous is None:
+        continuous = serves_continuous_usage(host, o.api_key)
     index = getattr(environment.runner, "worker_index", 0) or 0
-    ctx.offset = (index * PROMPT_STRIDE) % len(prompts)
-    return ctx
+    return LoadContext(host, model, spec, workload, not as_bool(o.no_ignore_eos), counter.exact,
+                       context_key(environment), continuous_usage=continuous, worker_index=int(index))

@@ -1,13 +1,16 @@
 """A mock OpenAI-compatible streaming server with exact, known timing: for tests, benchmarks, and
 users who want to check what their client machine can measure before they trust it.
 
-Plays a fixed script: a role-only chunk at once, the first content chunk ``ttft_ms`` after the
-request arrived, then one content chunk every ``itl_ms``; the last carries ``finish_reason``, then
+Plays a fixed script: the first content chunk ``ttft_ms`` after the request arrived (for chat,
+right after a role-only chunk, as vLLM sends it), then one content chunk every ``itl_ms``; the last carries ``finish_reason``, then
 a usage chunk and ``[DONE]``, as vLLM does. It records the ``perf_counter`` instant of every chunk
 it sends (``GET /_log``): ``perf_counter`` is one system-wide monotonic clock on Linux, so a client
 in another process can be compared with it directly.
 
-``POST /_config`` changes the script at run time (``ttft_ms``, ``itl_ms``, ``tokens``, ``mode``).
+``POST /_config`` changes the script at run time (``ttft_ms``, ``itl_ms``, ``tokens``, ``mode``,
+``tokens_per_chunk``: several tokens per chunk, as speculative decoding delivers them). Like vLLM
+it serves ``GET /version`` and honours ``stream_options.continuous_usage_stats`` (a running
+``usage`` on every chunk). The log keeps a digest of each request's prompt, to check uniqueness.
 Modes: ``ok``, ``malformed`` (a non-JSON chunk after two tokens), ``nofinish`` (stream ends after
 two tokens without a finish reason), ``die`` (connection closed after two tokens), ``error``
 (an in-stream error event after two tokens, as vLLM sends when its engine dies).
@@ -20,6 +23,7 @@ listening (127.0.0.1 only); ``start_process()`` does that and returns a ``MockSe
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -30,13 +34,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
-          "template_tokens": 2}
+          "template_tokens": 2, "tokens_per_chunk": 1}
 LOG: list[dict] = []
 LOG_LOCK = threading.Lock()
 
 
-def count_words(text: str) -> int:
-    return len(text.split())
+def count_words(text) -> int:
+    """Words of a string, or of OpenAI content parts (``[{"type": "text", "text": ...}]``)."""
+    if isinstance(text, list):
+        return sum(count_words(part.get("text", "")) for part in text if isinstance(part, dict))
+    return len(str(text or "").split())
 
 
 def tokenize_count(body: dict) -> int:
@@ -84,6 +91,8 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/_log":
             with LOG_LOCK:
                 self._json(200, {"requests": list(LOG)})
+        elif self.path == "/version":
+            self._json(200, {"version": "mock"})
         elif self.path == "/health":
             self._json(200, {})
         elif self.path == "/metrics":
@@ -124,6 +133,9 @@ class Handler(BaseHTTPRequestHandler):
     def stream(self, body: dict, recv: float, chat: bool) -> None:
         cfg = dict(CONFIG)
         tokens = int(body.get("max_tokens") or cfg["tokens"])
+        per_chunk = max(1, int(cfg.get("tokens_per_chunk") or 1))
+        continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+        prompt = json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True).encode()
         prompt_tokens = tokenize_count({k: v for k, v in body.items() if k in ("messages", "prompt")} | {"add_generation_prompt": True})
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -136,13 +148,20 @@ class Handler(BaseHTTPRequestHandler):
                 return {"index": 0, "delta": {"content": text}, "finish_reason": finish}
             return {"index": 0, "text": text, "finish_reason": finish}
 
-        record = {"recv": recv, "sends": [], "role": None}
-        if chat:
-            record["role"] = self._chunk({"id": "c", "object": kind, "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        def usage(done: int) -> dict:
+            return {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done}
+
+        def with_usage(chunk: dict, done: int) -> dict:
+            return {**chunk, "usage": usage(done)} if continuous else chunk
+
+        record = {"recv": recv, "sends": [], "role": None, "prompt_sha1": hashlib.sha1(prompt).hexdigest()}
+        chunks = -(-tokens // per_chunk)
         try:
-            for i in range(tokens):
+            for i in range(chunks):
                 sleep_until(recv + (cfg["ttft_ms"] + i * cfg["itl_ms"]) / 1000.0)
+                if i == 0 and chat:  # as vLLM: the role-only chunk goes out with the first token
+                    record["role"] = self._chunk(with_usage({"id": "c", "object": kind, "choices": [
+                        {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}, 0))
                 if i == 2 and cfg["mode"] == "malformed":
                     self._chunk(b"data: {not json\n\n")
                     break
@@ -156,11 +175,12 @@ class Handler(BaseHTTPRequestHandler):
                 if i == 2 and cfg["mode"] == "error":
                     self._chunk({"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", "code": 500}})
                     break
-                finish = "length" if i == tokens - 1 else None
-                record["sends"].append(self._chunk({"id": "c", "object": kind, "choices": [choice(f" t{i}", finish)]}))
+                finish = "length" if i == chunks - 1 else None
+                done = min(tokens, (i + 1) * per_chunk)
+                text = "".join(f" t{j}" for j in range(i * per_chunk, done))
+                record["sends"].append(self._chunk(with_usage({"id": "c", "object": kind, "choices": [choice(text, finish)]}, done)))
             else:
-                self._chunk({"id": "c", "object": kind, "choices": [], "usage": {
-                    "prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens}})
+                self._chunk({"id": "c", "object": kind, "choices": [], "usage": usage(tokens)})
             self._chunk(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
@@ -185,7 +205,8 @@ def serve(port: int = 0, **config) -> Server:
     return server
 
 
-DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model"}
+DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
+                  "tokens_per_chunk": 1}
 
 
 class MockServer:

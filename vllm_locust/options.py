@@ -41,10 +41,16 @@ OPTIONS = [
     ("--prefix-tokens", dict(type=int, default=256, env_var="LOCUST_PREFIX_TOKENS",
                              help="shared-prefix: tokens of the shared system prompt")),
     ("--prompt-pool", dict(type=int, default=256, env_var="LOCUST_PROMPT_POOL",
-                           help="Distinct prompts in the workload, cycled in a fixed order")),
+                           help="Prompt bodies built token-exact once and cycled; each request still gets a unique tag")),
+    ("--no-unique-prompts", dict(action="store_true", default=False, env_var="LOCUST_NO_UNIQUE_PROMPTS",
+                                 help="Do not tag each request: prompts recur every --prompt-pool requests (prefix-cache hits)")),
     ("--seed", dict(type=int, default=0, env_var="LOCUST_SEED", help="Seed of the workload's prompts")),
     ("--no-ignore-eos", dict(action="store_true", default=False, env_var="LOCUST_NO_IGNORE_EOS",
                              help="Do not send vLLM's ignore_eos: outputs may end before --max-tokens")),
+    ("--continuous-usage", dict(default="auto", choices=["auto", "on", "off"], env_var="LOCUST_CONTINUOUS_USAGE",
+                                help="Ask for per-chunk token counts (stream_options.continuous_usage_stats); auto: on for vLLM")),
+    ("--max-loop-lag-ms", dict(type=float, default=1.0, env_var="LOCUST_MAX_LOOP_LAG_MS",
+                               help="Warn at the end when this process's event-loop lag p99 exceeded this (its numbers are late)")),
     ("--tokenizer", dict(default="", env_var="LOCUST_TOKENIZER",
                          help="Local tokenizer.json (or its dir) for servers without /tokenize")),
     ("--prompt-cache-dir", dict(default=DEFAULT_CACHE_DIR, env_var="LOCUST_PROMPT_CACHE_DIR",
@@ -60,6 +66,11 @@ OPTIONS = [
     ("--step-duration", dict(type=float, default=60.0, env_var="LOCUST_STEP_DURATION",
                              help="Measured seconds of each step")),
 ]
+
+
+def as_bool(value) -> bool:
+    """Options set in the web UI arrive as strings."""
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
 def add_options(parser) -> None:
@@ -80,6 +91,7 @@ def workload_spec(options) -> WorkloadSpec:
         pool=int(options.prompt_pool),
         seed=int(options.seed),
         endpoint=options.endpoint,
+        unique=not as_bool(getattr(options, "no_unique_prompts", False)),
     )
 
 

@@ -24,11 +24,14 @@ import gevent
 import gevent.lock
 from locust.runners import MasterRunner, WorkerRunner
 
-from .client import ServerCheckError, require_host, resolve_model
+from . import buckets
+from .audit import ClientAudit
+from .client import ServerCheckError, make_client, require_host, resolve_model
 from .context import LoadContext, build_context, context_key
 from .options import SECRET_OPTIONS
 from .recorder import SampleRecorder
-from .schema import MEASURED, WARMUP, LoadRecord, PhaseChange, load_record_file, write_json_atomic
+from .schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, PhaseChange, load_record_file,
+                     write_json_atomic)
 
 logger = logging.getLogger(__name__)
 STATE_MESSAGE = "vllm_locust_state"
@@ -76,7 +79,11 @@ class VllmPlugin:
         self.timeline: list[PhaseChange] = []
         self.started_s: float | None = None
         self.recorder: SampleRecorder | None = None
+        self.audit: ClientAudit | None = None
+        self.measured_lag_ms: list[float] = []
         self.workload_error: str | None = None
+        self._client = None
+        self._client_key: tuple | None = None
         self._context: LoadContext | None = None
         self._context_lock = gevent.lock.Semaphore()
         setattr(environment, self.ATTRIBUTE, self)
@@ -94,6 +101,7 @@ class VllmPlugin:
         """``events.init`` listener: attach, quieten httpx's per-request logging, pick the shape."""
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
+        buckets.install()  # sub-millisecond live stats, on the master and every worker alike
         options = environment.parsed_options
         # The steps shape applies when --steps is set anywhere Locust reads options (command
         # line, LOCUST_STEPS, locust.conf); otherwise Locust's own -u/-r ramping does.
@@ -157,6 +165,9 @@ class VllmPlugin:
             self.publish(run_id=options.run_id or new_run_id())
         if self.records_samples:
             self.recorder = SampleRecorder(options.samples_dir or None, self.worker_id)
+            self.measured_lag_ms = []
+            self.audit = ClientAudit(self.client_row, self.audit_labels)
+            self.audit.start()
 
     def on_spawning_complete(self, user_count, **_kwargs) -> None:
         # Without a shape, the concurrency of a sample is the user count the runner settled on.
@@ -164,13 +175,50 @@ class VllmPlugin:
             self.publish(concurrency=user_count)
 
     def on_test_stop(self, environment, **_kwargs) -> None:
+        if self.audit is not None:
+            self.audit.stop()
+            self.warn_if_late()
         self.close_recorder()
         if self.deciding and self.started_s is not None:
             self.write_load_record()
             self.timeline, self.started_s, self.state = [], None, RunState()
 
     def on_quitting(self, environment, **_kwargs) -> None:
+        if self.audit is not None:
+            self.audit.stop()
         self.close_recorder()
+
+    # -- the client's audit of itself ---------------------------------------------------------
+    def audit_labels(self) -> tuple:
+        s = self.state
+        return s.run_id, self.worker_id, s.phase, s.concurrency, s.step
+
+    def client_row(self, row: ClientRow) -> None:
+        if row.metric == LOOP_LAG_MS and row.phase == MEASURED:
+            self.measured_lag_ms.append(row.value)
+        if self.recorder is not None:
+            self.recorder.client(row)
+
+    def warn_if_late(self) -> None:
+        """One line when this process's loop ran late in the measured phase: its numbers are too."""
+        lags = sorted(self.measured_lag_ms)
+        if not lags:
+            return
+        p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))]
+        limit = float(getattr(self.environment.parsed_options, "max_loop_lag_ms", 1.0) or 1.0)
+        if p99 > limit:
+            logger.warning("client fell behind: event-loop lag p99 %.2f ms > %g ms (--max-loop-lag-ms) in %s; its "
+                           "TTFT/ITL are late by about that much: add --processes or workers", p99, limit, self.worker_id)
+
+    # -- the shared client --------------------------------------------------------------------
+    def client_for(self, ctx: LoadContext):
+        """One ``openai`` client per process (one connection pool), rebuilt when its settings change."""
+        o = self.environment.parsed_options
+        key = (ctx.host, o.api_key, float(o.connect_timeout), float(o.read_timeout))
+        if self._client is None or key != self._client_key:
+            self._client = make_client(ctx.host, o.api_key, key[2], key[3])
+            self._client_key = key
+        return self._client
 
     def close_recorder(self) -> None:
         if self.recorder is not None:
@@ -190,8 +238,10 @@ class VllmPlugin:
             ctx = self._context
             if ctx is None or ctx.key != context_key(self.environment):
                 ctx = self._context = build_context(self.environment)
-                logger.info("workload %s: %d prompts of %s tokens for model %s", ctx.spec.name, len(ctx.prompts),
-                            sorted({p.prompt_tokens for p in ctx.prompts}), ctx.model)
+                logger.info("workload %s: %d prompt bodies of %s tokens%s for model %s; per-chunk usage %s",
+                            ctx.spec.name, len(ctx.prompts), sorted({p.prompt_tokens for p in ctx.prompts}),
+                            ", each request uniquely tagged" if ctx.workload.atoms else " (recycled)", ctx.model,
+                            "on" if ctx.continuous_usage else "off")
             return ctx
 
     def workload_failed(self, err: Exception) -> None:

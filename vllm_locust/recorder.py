@@ -1,7 +1,8 @@
-"""Raw samples to CSV, one file pair per process, flushed after every request.
+"""Raw samples to CSV, one set of files per process, flushed after every request.
 
 ``samples-<run_id>-<worker_id>.csv`` holds ``schema.SampleRow`` rows, ``requests-<run_id>-<worker_id>.csv``
-``schema.RequestRow`` rows (the columns are the row types' fields, in order). Each process writes
+``schema.RequestRow`` rows, ``client-<run_id>-<worker_id>.csv`` the client's audit of itself
+(``schema.ClientRow``; the columns are the row types' fields, in order). Each process writes
 its own files, so ``--processes N`` and ``--master/--worker`` need no merging step; pandas reads
 them with ``read_csv`` and a glob.
 """
@@ -12,7 +13,7 @@ import csv
 from operator import attrgetter
 from pathlib import Path
 
-from .schema import RequestRow, SampleRow, names_of, requests_file, samples_file
+from .schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
 
 SAMPLE_COLUMNS = names_of(SampleRow)
 REQUEST_COLUMNS = names_of(RequestRow)
@@ -34,6 +35,12 @@ class _CsvFile:
             raise TypeError(f"expected a {self.row_type.__name__}, got {type(row).__name__}")
         self.writer.writerow(self.values(row))
 
+    def write_many(self, rows) -> None:
+        for row in rows:
+            if type(row) is not self.row_type:
+                raise TypeError(f"expected a {self.row_type.__name__}, got {type(row).__name__}")
+        self.writer.writerows(map(self.values, rows))
+
 
 class SampleRecorder:
     """Appends sample and request rows; opens its files on the first row, when the run id is known."""
@@ -44,6 +51,7 @@ class SampleRecorder:
         self.run_id: str | None = None
         self._samples: _CsvFile | None = None
         self._requests: _CsvFile | None = None
+        self._client: _CsvFile | None = None
 
     def paths(self, run_id: str) -> tuple[Path, Path]:
         return samples_file(self.directory, run_id, self.worker_id), requests_file(self.directory, run_id, self.worker_id)
@@ -54,7 +62,20 @@ class SampleRecorder:
         if self._samples is None and self.directory is not None:
             samples, requests = self.paths(run_id)
             self._samples, self._requests = _CsvFile(samples, SampleRow), _CsvFile(requests, RequestRow)
+            self._client = _CsvFile(client_file(self.directory, run_id, self.worker_id), ClientRow)
             self.run_id = run_id
+
+    def samples(self, rows: list[SampleRow]) -> None:
+        """A request's samples at once (one write per request instead of one per chunk)."""
+        if rows:
+            self._open(rows[0].run_id)
+            if self._samples is not None:
+                self._samples.write_many(rows)
+
+    def client(self, row: ClientRow) -> None:
+        self._open(row.run_id)
+        if self._client is not None:
+            self._client.write(row)
 
     def sample(self, row: SampleRow) -> None:
         if type(row) is not SampleRow:
@@ -70,13 +91,13 @@ class SampleRecorder:
         self.flush()
 
     def flush(self) -> None:
-        for f in (self._samples, self._requests):
+        for f in (self._samples, self._requests, self._client):
             if f is not None:
                 f.file.flush()
 
     def close(self) -> None:
-        for f in (self._samples, self._requests):
+        for f in (self._samples, self._requests, self._client):
             if f is not None:
                 f.file.close()
-        self._samples = self._requests = None
+        self._samples = self._requests = self._client = None
         self.run_id = None

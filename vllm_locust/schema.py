@@ -22,6 +22,14 @@ ITL = "ITL"
 TPOT = "TPOT"
 E2E = "E2E"
 METRIC_NAMES = (TTFT, ITL, TPOT, E2E)
+# The client's audit of itself (``audit.py``): metric names of ``ClientRow``.
+LOOP_LAG_MS = "loop_lag_ms"
+CPU_PCT = "cpu_pct"
+CHUNKS_PER_S = "chunks_per_s"
+SPAWN_TO_SEND_MS = "spawn_to_send_ms"
+CLIENT_METRICS = (LOOP_LAG_MS, CPU_PCT, CHUNKS_PER_S, SPAWN_TO_SEND_MS)
+# The ``error`` of a request the run's end cut off mid-stream: not a failure of the server.
+INTERRUPTED = "interrupted: the run stopped before the stream ended"
 WARMUP = "warmup"
 MEASURED = "measured"
 PHASES = (WARMUP, MEASURED)
@@ -73,7 +81,9 @@ def from_dict(row_type, data: dict, what: str = ""):
 # -- raw rows (the recorder's CSV files) -------------------------------------------------------
 @dataclass(slots=True)
 class SampleRow:
-    """One latency sample. ``t_s``: unix seconds when the sample ended."""
+    """One latency sample. ``t_s``: unix seconds when the sample ended. ``tokens``: for TTFT and
+    ITL the tokens the arriving chunk carried (by vLLM's per-chunk usage; empty when the server
+    sends none), for E2E and TPOT the request's output tokens."""
 
     run_id: str
     worker_id: str
@@ -84,6 +94,22 @@ class SampleRow:
     phase: str
     concurrency: int | None
     step: int | None
+    tokens: int | None = None
+
+
+@dataclass(slots=True)
+class ClientRow:
+    """One observation of the client's own health (``audit.py``): ``metric`` is one of
+    ``CLIENT_METRICS``, ``value`` in the unit its name says. ``t_s``: unix seconds."""
+
+    run_id: str
+    worker_id: str
+    t_s: float
+    phase: str
+    concurrency: int | None
+    step: int | None
+    metric: str
+    value: float
 
 
 @dataclass(slots=True)
@@ -112,6 +138,7 @@ class RequestRow:
 
 
 SAMPLE = Columns(*names_of(SampleRow))
+CLIENT = Columns(*names_of(ClientRow))
 REQUEST = Columns(*names_of(RequestRow))
 
 # -- records (JSON) ----------------------------------------------------------------------------
@@ -239,7 +266,7 @@ def mean_col(metric: str) -> str:
 
 
 SUMMARY = Columns(
-    "profile", "concurrency", "repeats", "requests", "failures",
+    "profile", "concurrency", "repeats", "requests", "failures", "interrupted",
     pct_col(TTFT, 50), pct_col(TTFT, 95), pct_col(TTFT, 99), mean_col(TTFT),
     pct_col(ITL, 50), pct_col(ITL, 95), pct_col(ITL, 99), mean_col(ITL),
     pct_col(TPOT, 50), pct_col(TPOT, 95), pct_col(E2E, 50), pct_col(E2E, 95),
@@ -247,16 +274,24 @@ SUMMARY = Columns(
     "max_num_requests_running", "max_num_requests_waiting", "mean_kv_cache_usage", "preemptions",
     "prefix_cache_hit_rate", "server_queue_ms", "server_prefill_ms", "server_decode_ms",
     "server_ttft_mean_ms", "server_itl_mean_ms", "server_p95_ttft_ms", "server_p95_itl_ms",
+    # chunks are not tokens: content chunks per output token, and ITL per token (a chunk of k tokens
+    # after a gap g counts k times as g/k), beside ITL per chunk (vLLM's definition, the p*_itl_ms)
+    "chunks_per_token", "p50_itl_per_token_ms", "p95_itl_per_token_ms",
+    # cross-check: the client's mean minus vLLM's own histogram mean over the same window
+    "client_minus_server_ttft_ms", "client_minus_server_itl_ms",
+    # the client's audit of itself (worst run of the point): can these numbers be trusted?
+    "client_loop_lag_p99_ms", "client_cpu_max_pct", "client_spawn_to_send_max_ms", "client_trusted",
 )
 # Per-run figures that the summary aggregates over repeats.
 PER_RUN = Columns("run_key", "profile", "concurrency", "step", "repeat", "output_tokens_per_s", "requests_per_s",
                   "window_start_s", "window_end_s", "max_num_requests_running", "max_num_requests_waiting",
                   "mean_kv_cache_usage", "preemptions", "prefix_cache_hit_rate", "server_queue_ms",
                   "server_prefill_ms", "server_decode_ms", "server_ttft_mean_ms", "server_itl_mean_ms",
-                  "server_p95_ttft_ms", "server_p95_itl_ms")
+                  "server_p95_ttft_ms", "server_p95_itl_ms", "client_loop_lag_p99_ms", "client_cpu_max_pct",
+                  "client_spawn_to_send_max_ms", "client_trusted")
 COMPARISON = Columns("profile", "concurrency", "metric", "change_pct", "ci_low_pct", "ci_high_pct")
 VERDICT = Columns("profile", "concurrency", "beats", "p95_ttft_change_pct", "p95_itl_change_pct",
-                  "throughput_change_pct", "why")
+                  "throughput_change_pct", "trusted", "why")
 FAILURES = Columns("profile", "concurrency", "error", "count")
 SERVER = Columns("t_s", "name", "labels", "value")  # metrics.csv: one row per scrape and series
 
@@ -274,7 +309,7 @@ for _attr, _name in {
 VLLM_PREFIX = "vllm:"
 
 # -- run directory layout ----------------------------------------------------------------------
-SAMPLES_PREFIX, REQUESTS_PREFIX, LOAD_RECORD_PREFIX = "samples-", "requests-", "loadrun-"
+SAMPLES_PREFIX, REQUESTS_PREFIX, LOAD_RECORD_PREFIX, CLIENT_PREFIX = "samples-", "requests-", "loadrun-", "client-"
 RUN_RECORD = "run.json"
 FAILURE_RECORD = "failed.json"
 MANIFEST = "manifest.json"
@@ -298,6 +333,10 @@ def samples_file(directory: str | Path, run_id: str, worker_id: str) -> Path:
 
 def requests_file(directory: str | Path, run_id: str, worker_id: str) -> Path:
     return Path(directory) / f"{REQUESTS_PREFIX}{safe_name(run_id)}-{safe_name(worker_id)}.csv"
+
+
+def client_file(directory: str | Path, run_id: str, worker_id: str) -> Path:
+    return Path(directory) / f"{CLIENT_PREFIX}{safe_name(run_id)}-{safe_name(worker_id)}.csv"
 
 
 def load_record_file(directory: str | Path, run_id: str) -> Path:

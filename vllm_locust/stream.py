@@ -1,19 +1,29 @@
-"""Read one streamed completion: arrival instants of content chunks, finish reason and usage.
+"""Read one streamed completion: arrival instants of content chunks, the tokens each carried,
+finish reason and usage.
 
-Works on the ``openai`` SDK's chunk objects for both ``/v1/chat/completions`` (``delta.content``)
-and ``/v1/completions`` (``text``). Knows nothing of Locust or gevent: tests feed it lists.
+Input is ``(arrival_s, payload)`` pairs from ``sse.stamped_payloads``: the raw ``data:`` payloads,
+parsed here with a fast JSON parser and only for the fields the suite uses (no per-chunk object
+construction). Works for ``/v1/chat/completions`` (``delta.content``) and ``/v1/completions``
+(``text``). With vLLM's ``stream_options.continuous_usage_stats`` every chunk carries the running
+``usage.completion_tokens``, so each content chunk's token count is known: chunks are not always
+tokens (speculative decoding, detokenizer hold-back). Knows nothing of Locust or gevent.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
+
+from .sse import DONE
+
+try:  # orjson parses a vLLM chunk in about a microsecond; json is the fallback
+    from orjson import JSONDecodeError, loads
+except ImportError:  # pragma: no cover - orjson is in requirements.txt
+    from json import JSONDecodeError, loads
 
 
 class StreamError(Exception):
-    """The stream broke the protocol: the message says how, in one line."""
+    """The stream broke the protocol, or the server reported an error in it: one line."""
 
 
 @dataclass
@@ -21,61 +31,83 @@ class StreamResult:
     """What one stream delivered; times are ``perf_counter`` seconds."""
 
     content_times_s: list[float] = field(default_factory=list)
+    content_tokens: list[int | None] = field(default_factory=list)  # tokens each content chunk carried
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     chunks: int = 0
+    done: bool = False  # the server sent [DONE]
 
     @property
     def content_chunks(self) -> int:
         return len(self.content_times_s)
 
 
-def chunk_content(choice: Any) -> str:
+def choice_text(choice: dict) -> str:
     """Text a choice carries: chat ``delta.content`` (or reasoning), or completions ``text``."""
-    delta = getattr(choice, "delta", None)
+    delta = choice.get("delta")
     if delta is not None:
-        text = getattr(delta, "content", None) or getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
-        return text or ""
-    return getattr(choice, "text", None) or ""
+        if not isinstance(delta, dict):
+            return ""
+        return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
+    return choice.get("text") or ""
+
+
+def server_error_text(error) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    return str(error)
 
 
 def consume(
-    chunks: Iterable[Any],
-    clock: Callable[[], float] = time.perf_counter,
-    on_content: Callable[[int, float], None] | None = None,
+    payloads: Iterable[tuple[float, bytes]],
+    on_content: Callable[[int, float, int | None], None] | None = None,
     result: StreamResult | None = None,
 ) -> StreamResult:
-    """Drain ``chunks``, stamping each content chunk with ``clock()`` as it arrives.
+    """Drain ``payloads``; call ``on_content(index, arrival_s, tokens)`` for each content chunk.
 
-    ``on_content(index, t)`` runs after each stamp, so samples can be reported while the stream is
-    still open. ``result`` may be passed in so that a caller keeps what arrived before an error.
-    Raises ``StreamError`` for a malformed chunk or a stream that ends without a finish reason.
+    ``tokens`` is what the chunk carried by the server's running usage count, ``None`` when the
+    server does not send one per chunk. ``result`` may be passed in so that a caller keeps what
+    arrived before an error. Raises ``StreamError`` for a malformed chunk, an error event, or a
+    stream that ends without a finish reason.
     """
     result = result if result is not None else StreamResult()
-    iterator = iter(chunks)
-    while True:
-        try:
-            chunk = next(iterator)
-        except StopIteration:
+    counted = 0  # completion tokens already attributed to content chunks
+    for now, payload in payloads:
+        if payload == DONE:
+            result.done = True
             break
-        except json.JSONDecodeError as err:
-            raise StreamError(f"malformed chunk after {result.chunks} chunks: not JSON ({err.msg})") from err
-        now = clock()
         result.chunks += 1
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            result.prompt_tokens = getattr(usage, "prompt_tokens", None)
-            result.completion_tokens = getattr(usage, "completion_tokens", None)
-        choices = getattr(chunk, "choices", None)
-        if choices is None:
-            raise StreamError(f"malformed chunk {result.chunks}: no 'choices' field")
+        try:
+            chunk = loads(payload)
+        except (JSONDecodeError, ValueError) as err:
+            raise StreamError(f"malformed chunk {result.chunks}: not JSON ({str(err).splitlines()[0][:80]})") from None
+        if not isinstance(chunk, dict):
+            raise StreamError(f"malformed chunk {result.chunks}: not a JSON object")
+        if "error" in chunk and chunk["error"]:
+            raise StreamError(f"server error in stream: {server_error_text(chunk['error'])}")
+        usage = chunk.get("usage")
+        running = None
+        if isinstance(usage, dict):
+            result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
+            running = usage.get("completion_tokens")
+            if running is not None:
+                result.completion_tokens = running
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            raise StreamError(f"malformed chunk {result.chunks}: no 'choices' list")
         for choice in choices:
-            if chunk_content(choice):
+            if not isinstance(choice, dict):
+                raise StreamError(f"malformed chunk {result.chunks}: a choice is not an object")
+            if choice_text(choice):
+                tokens = None
+                if running is not None:
+                    tokens, counted = running - counted, running
                 result.content_times_s.append(now)
+                result.content_tokens.append(tokens)
                 if on_content is not None:
-                    on_content(len(result.content_times_s) - 1, now)
-            reason = getattr(choice, "finish_reason", None)
+                    on_content(len(result.content_times_s) - 1, now, tokens)
+            reason = choice.get("finish_reason")
             if reason:
                 result.finish_reason = reason
     if result.finish_reason is None:

@@ -1,4 +1,10 @@
-"""``ChatStreamUser``: one closed-loop stream at a time, timed chunk by chunk."""
+"""``ChatStreamUser``: one closed-loop stream at a time, timed chunk by chunk at the socket.
+
+The ``openai`` SDK builds and sends the request (auth, body, HTTP errors); the suite reads the
+response body itself (``sse.py``, ``stream.py``), so a chunk costs a raw read, a fast JSON parse
+and one Locust event. All users of a process share one client and its connection pool, so a
+thousand users spawn in well under a second.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,17 @@ import itertools
 import logging
 import time
 
+from gevent import GreenletExit
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from .client import RequestFailure, ServerCheckError, describe_error, is_client_error, make_client
+from .client import RequestFailure, ServerCheckError, describe_error, is_client_error
 from .context import LoadContext
 from .metrics import E2E, TPOT, StreamTimer, ms_between
 from .plugin import VllmPlugin
-from .reporting import Reporter, RequestInfo
-from .schema import RequestRow
+from .reporting import RequestReport, RequestInfo
+from .schema import INTERRUPTED, RequestRow
+from .sse import stamped_payloads
 from .stream import StreamResult, consume
 from .wire import WireClock
 
@@ -22,20 +30,15 @@ logger = logging.getLogger(__name__)
 _request_numbers = itertools.count(1)
 
 
-def request_body(ctx: LoadContext, prompt) -> dict:
+def request_body(ctx: LoadContext, messages_or_text) -> dict:
     """Keyword arguments for the SDK's ``create``: fixed output length, usage in the stream."""
-    body = dict(
-        model=ctx.model,
-        max_tokens=ctx.spec.max_tokens,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
+    stream_options = {"include_usage": True}
+    if ctx.continuous_usage:
+        stream_options["continuous_usage_stats"] = True  # vLLM: running token count on every chunk
+    body = dict(model=ctx.model, max_tokens=ctx.spec.max_tokens, stream=True, stream_options=stream_options)
     if ctx.ignore_eos:
         body["extra_body"] = {"ignore_eos": True}  # vLLM's extension: exactly max_tokens out
-    if ctx.spec.endpoint == "completions":
-        body["prompt"] = prompt.text
-    else:
-        body["messages"] = prompt.chat_messages()
+    body["prompt" if ctx.spec.endpoint == "completions" else "messages"] = messages_or_text
     return body
 
 
@@ -45,19 +48,10 @@ class ChatStreamUser(User):
     wait_time = constant(0)
 
     def on_start(self):
-        self.client = None
-        self.client_key = None
         self.wire = WireClock()
         self.plugin = VllmPlugin.of(self.environment)
-
-    def _client_for(self, ctx: LoadContext):
-        o = self.environment.parsed_options
-        key = (ctx.host, o.api_key, o.connect_timeout, o.read_timeout)
-        if self.client is None or key != self.client_key:
-            self.client = make_client(ctx.host, o.api_key, float(o.connect_timeout), float(o.read_timeout),
-                                      wire=self.wire)
-            self.client_key = key
-        return self.client
+        self.spawned_perf_s = time.perf_counter()
+        self.requests_sent = 0
 
     def _request_info(self, ctx: LoadContext, labels: tuple) -> RequestInfo:
         """Identity and labels of the request now on the wire (the send hook has stamped it)."""
@@ -69,58 +63,70 @@ class ChatStreamUser(User):
 
     @task
     def stream_completion(self):
+        plugin = self.plugin
         try:
-            ctx = self.plugin.load_context()
+            ctx = plugin.load_context()
+            client = plugin.client_for(ctx)
         except (ServerCheckError, ValueError, OSError) as err:
-            self.plugin.workload_failed(err)
+            plugin.workload_failed(err)
             raise StopUser() from None
-        client = self._client_for(ctx)
-        create = client.completions.create if ctx.spec.endpoint == "completions" else client.chat.completions.create
-        prompt = ctx.next_prompt()
-        body = request_body(ctx, prompt)
-        state = self.plugin.state
+        resource = client.completions if ctx.spec.endpoint == "completions" else client.chat.completions
+        state = plugin.state
         # Labels come from the state in force when the request is sent, not when it ends.
         labels = (state.run_id or self.environment.parsed_options.run_id or "run", state.phase, state.concurrency, state.step)
-        reporter = Reporter(self.environment, self.plugin.recorder)
-        self.wire.on_request_started()  # the wire hooks stamp it again when the bytes go out
-        request: list = []  # [RequestInfo, StreamTimer] once the first content chunk is in
+        prompt, rendered = ctx.next_request(labels[0])
+        body = request_body(ctx, rendered)
+        audit = plugin.audit
+        self.wire.on_request_started()  # the wire hook stamps it again when the bytes go out
+        report: RequestReport | None = None
+        timer: StreamTimer | None = None
 
-        def on_content(_index: int, t: float) -> None:
-            if not request:
-                info = self._request_info(ctx, labels)
-                request[:] = [info, StreamTimer(info.sent_perf_s)]
-            metric, value = request[1].content(t)
-            reporter.sample(request[0], metric, value, t)
+        def on_content(_index: int, t: float, tokens: int | None) -> None:
+            nonlocal report, timer
+            if report is None:
+                report = RequestReport(self.environment, plugin.recorder, self._request_info(ctx, labels))
+                timer = StreamTimer(report.info.sent_perf_s)
+            metric, value = timer.content(t)
+            report.sample(metric, value, t, tokens)
+            if audit is not None:
+                audit.chunks += 1
 
         result, error = StreamResult(), None
         try:
-            consume(create(**body), clock=self.wire.now, on_content=on_content, result=result)
+            with self.wire.active(), resource.with_streaming_response.create(**body) as response:
+                consume(stamped_payloads(response.http_response.iter_raw()), on_content, result)
             if not result.content_times_s:
                 raise RequestFailure(f"stream finished ({result.finish_reason}) without any content")
+        except GreenletExit:
+            # The run stopped mid-stream: keep the row (its TTFT was counted), marked as interrupted.
+            self._finish(report, timer, ctx, prompt, labels, result, RequestFailure(INTERRUPTED), time.perf_counter())
+            raise
         except Exception as err:  # every failure becomes a Locust failure with its own message
             error = RequestFailure(describe_error(err, float(self.environment.parsed_options.read_timeout)))
             if is_client_error(err):
                 logger.exception("%s", error)
-        end_perf = time.perf_counter()
-        if not request:
-            info = self._request_info(ctx, labels)
-            request[:] = [info, StreamTimer(info.sent_perf_s)]
-        self._finish(reporter, request[0], request[1], ctx, prompt, result, error, end_perf)
+        self._finish(report, timer, ctx, prompt, labels, result, error, time.perf_counter())
 
-    @staticmethod
-    def _finish(reporter: Reporter, info: RequestInfo, timer: StreamTimer, ctx: LoadContext, prompt,
-                result: StreamResult, error: Exception | None, end_perf: float) -> None:
-        """Report the per-request metrics (or the failure) and write the request row."""
+    def _finish(self, report: RequestReport | None, timer: StreamTimer | None, ctx: LoadContext, prompt,
+                labels: tuple, result: StreamResult, error: Exception | None, end_perf: float) -> None:
+        """Report the per-request metrics (or the failure) and write the request's rows."""
+        if report is None:  # no content arrived: the request still has a row
+            report = RequestReport(self.environment, self.plugin.recorder, self._request_info(ctx, labels))
+            timer = StreamTimer(report.info.sent_perf_s)
+        info = report.info
+        self.requests_sent += 1
+        if self.requests_sent == 1 and self.plugin.audit is not None:
+            self.plugin.audit.spawn_to_send(ms_between(self.spawned_perf_s, info.sent_perf_s))
         tokens = result.completion_tokens if result.completion_tokens is not None else result.content_chunks
         measured = timer.finish(tokens)
+        interrupted = error is not None and str(error) == INTERRUPTED
         if error is None:
-            last = timer.last_s
-            reporter.sample(info, E2E, measured.e2e_ms, last, length=tokens)
+            report.sample(E2E, measured.e2e_ms, timer.last_s, tokens)
             if measured.tpot_ms is not None:
-                reporter.sample(info, TPOT, measured.tpot_ms, last, length=tokens)
-        else:
-            reporter.failure(info, ms_between(info.sent_perf_s, end_perf), error)
-        reporter.request(RequestRow(
+                report.sample(TPOT, measured.tpot_ms, timer.last_s, tokens)
+        elif not interrupted:
+            report.failure(ms_between(info.sent_perf_s, end_perf), error)
+        report.close(RequestRow(
             run_id=info.run_id, worker_id=info.worker_id, request_id=info.request_id,
             endpoint=ctx.spec.endpoint, model=ctx.model, workload=ctx.spec.name,
             prompt_index=prompt.index, prompt_kind=prompt.kind, sent_at_s=round(info.sent_at_s, 6),

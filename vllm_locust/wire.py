@@ -1,72 +1,62 @@
-"""Stamp requests and responses where they meet the socket, not where the SDK hands them over.
+"""Stamp the instant a request's first byte goes out, not when the SDK starts building it.
 
-The ``openai`` SDK spends about 1-2 ms building a request before httpx writes it, and parses
-every chunk (SSE framing, JSON, pydantic) before yielding it: 0.3-1 ms on a small machine. Both
-would be read as server latency. httpx's hooks let us stamp the wire instead:
+The ``openai`` SDK spends about 1-2 ms building a request before httpx writes it; that would be
+read as server latency. httpx's request hook attaches httpcore's ``trace`` extension, whose
+``http11.send_request_headers.started`` event is the instant the first request byte is written
+(after a new connection's TCP connect: connection set-up is the client pool's, not the server's).
 
-- the request hook attaches httpcore's ``trace`` extension, whose
-  ``http11.send_request_headers.started`` event is the instant the first request byte is written
-  (after a new connection's TCP connect: connection set-up is the client pool's, not the server's);
-- the response hook wraps the body stream, so ``now()`` is the instant of the latest raw read.
-  When the SDK yields a chunk, the read that completed it is the latest one: that is its arrival.
+All users of a process share one client (one connection pool), so the hook finds the clock of
+the user whose greenlet is sending through a greenlet-local: ``with clock.active(): create(...)``.
+Arrivals are stamped where the suite reads the body (``sse.stamped_payloads``).
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import httpx2
+from gevent.local import local
 
-
-class _StampedStream(httpx2.SyncByteStream):
-    def __init__(self, inner, clock: "WireClock"):
-        self.inner = inner
-        self.clock = clock
-
-    def __iter__(self):
-        for part in self.inner:
-            self.clock.last_read_perf_s = time.perf_counter()
-            yield part
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
+_sending = local()  # .clock: the WireClock of the request this greenlet is sending
 
 
 class WireClock:
-    """One per client (so one per Locust user): the wire instants of its current request."""
+    """One per Locust user: the wire instants of its current request."""
 
     SEND_EVENT = "http11.send_request_headers.started"
 
     def __init__(self):
         self.sent_at_s = 0.0  # unix seconds
         self.sent_perf_s = 0.0
-        self.last_read_perf_s = 0.0
 
     def on_request_started(self) -> None:
         """Before the SDK call: a request that fails before reaching the wire still has a start."""
-        self._stamp_send()
-        self.last_read_perf_s = self.sent_perf_s
+        self.stamp_send()
 
-    def _stamp_send(self) -> None:
+    def stamp_send(self) -> None:
         self.sent_at_s, self.sent_perf_s = time.time(), time.perf_counter()
 
-    def _trace(self, name: str, info: dict) -> None:
+    def trace(self, name: str, info: dict) -> None:
         if name == self.SEND_EVENT:
-            self._stamp_send()
+            self.stamp_send()
 
-    def on_request(self, request: httpx2.Request) -> None:
-        self._stamp_send()  # replaced by the trace event when the bytes go out
-        request.extensions["trace"] = self._trace
+    @contextmanager
+    def active(self):
+        """Requests sent from this greenlet inside the block are stamped on this clock."""
+        _sending.clock = self
+        try:
+            yield self
+        finally:
+            _sending.clock = None
 
-    def on_response(self, response: httpx2.Response) -> None:
-        self.last_read_perf_s = time.perf_counter()
-        response.stream = _StampedStream(response.stream, self)
 
-    def now(self) -> float:
-        """Arrival instant of the data the SDK is handing over now."""
-        return self.last_read_perf_s
+def on_request(request: httpx2.Request) -> None:
+    clock = getattr(_sending, "clock", None)
+    if clock is not None:
+        clock.stamp_send()  # replaced by the trace event when the bytes go out
+        request.extensions["trace"] = clock.trace
 
-    def event_hooks(self) -> dict:
-        return {"request": [self.on_request], "response": [self.on_response]}
+
+def event_hooks() -> dict:
+    return {"request": [on_request]}

@@ -28,6 +28,20 @@ def summary_count(proc, name: str, request_type: str = "chat") -> int:
     return int(match.group(1))
 
 
+INTERRUPTED = "interrupted: the run stopped before the stream ended"
+
+
+def with_ttft(requests: pd.DataFrame) -> int:
+    """Requests whose TTFT Locust counted: every finished one, and any the run's end cut off after
+    its first token (kept as a row marked interrupted, so the counts always agree)."""
+    return int(requests["ttft_ms"].notna().sum())
+
+
+def ended(requests: pd.DataFrame) -> pd.DataFrame:
+    """Requests that ended (successfully or failed): each is one E2E in Locust's stats."""
+    return requests[requests["error"] != INTERRUPTED]
+
+
 def stats_row(out, name: str) -> pd.Series:
     stats = pd.read_csv(out / "locust_stats.csv")
     rows = stats[stats["Name"] == name]
@@ -53,7 +67,8 @@ def test_headless_run_reports_ttft_itl_and_raw_samples(vllm_server, tmp_path):
     for name in ("TTFT", "ITL", "TPOT", "E2E"):
         row = stats_row(out, name)
         assert row["Request Count"] > 0, f"{name} has no samples in Locust's stats"
-    assert summary_count(proc, "TTFT") == len(ok), "one TTFT per successful request"
+    assert summary_count(proc, "TTFT") == with_ttft(requests), "one TTFT per request row with a TTFT"
+    assert summary_count(proc, "E2E") == len(ended(requests)), "one E2E per request that ended"
     assert summary_count(proc, "ITL") == (samples["metric"] == "ITL").sum(), "Locust's ITL count = raw ITL rows"
 
 
@@ -67,10 +82,9 @@ def test_processes_2_gives_the_same_totals_as_the_files(vllm_server, tmp_path):
     assert requests["run_id"].nunique() == 1, "the master's run id reaches every worker"
     assert len(glob.glob(str(out / "requests-*.csv"))) == 2
     assert (requests["model"] == "tiny").all(), "the master resolved the model from /v1/models for the workers"
-    ok = requests[requests["error"].isna()]
-    assert summary_count(proc, "E2E") == len(requests), "master's E2E total = request rows of both workers"
+    assert summary_count(proc, "E2E") == len(ended(requests)), "master's E2E total = request rows of both workers"
     assert summary_count(proc, "ITL") == (samples["metric"] == "ITL").sum(), "ITL total over workers"
-    assert summary_count(proc, "TTFT") == len(ok)
+    assert summary_count(proc, "TTFT") == with_ttft(requests)
 
 
 def test_concurrency_steps_label_and_discard_warmup(vllm_server, tmp_path):
@@ -105,4 +119,43 @@ def test_completions_endpoint_against_real_vllm(vllm_server, tmp_path):
     assert len(ok) >= 2 and (ok["endpoint"] == "completions").all()
     assert (ok["prompt_tokens"] == 128).all(), "a completions prompt is exact by the server's own count too"
     assert (ok["completion_tokens"] == 24).all()
-    assert summary_count(proc, "TTFT", request_type="completions") == len(ok)
+    assert summary_count(proc, "TTFT", request_type="completions") == with_ttft(requests)
+
+
+def test_prompts_never_repeat_into_the_prefix_cache_and_chunks_carry_token_counts(vllm_server, tmp_path):
+    """Unique tags: a pool of 4 bodies, many more requests, and still no prefix-cache hit (vLLM's own
+    counters); vLLM's per-chunk usage gives every content chunk its token count."""
+    import requests as http
+
+    def hits():
+        text = http.get(vllm_server.url + "/metrics", timeout=10).text
+        values = {}
+        for line in text.splitlines():
+            for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"):
+                if line.startswith(name):
+                    values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        return values
+
+    http.post(vllm_server.url + "/reset_prefix_cache", timeout=30)
+    before = hits()
+    out = tmp_path / "unique"
+    load = ["--prompt-tokens", "128", "--max-tokens", "8", "--prompt-pool", "4"]
+    proc = run_locust(vllm_server.url, out, "-u", "2", "-r", "2", "-t", "10s", *load)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = hits()
+    requests = read_all(str(out / "requests-*.csv"))
+    assert len(requests) > 8, "more requests than pool entries"
+    queries = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
+    hit = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+    assert queries > 0 and hit / queries < 0.2, f"prefix-cache hits {hit:g} of {queries:g} tokens: prompts repeated"
+    samples = read_all(str(out / "samples-*.csv"))
+    chunk_tokens = samples.loc[samples["metric"].isin(["TTFT", "ITL"]), "tokens"]
+    assert chunk_tokens.notna().all() and (chunk_tokens >= 1).all(), "vLLM's per-chunk usage gives token counts"
+    ok = requests[requests["error"].isna()]
+    per_request = samples[samples["metric"].isin(["TTFT", "ITL"])].groupby("request_id")["tokens"].sum()
+    delivered = per_request.reindex(ok["request_id"]).fillna(0).to_numpy()
+    # A token that decodes to no text (a special token the dummy model sampled) arrives in no content
+    # chunk: the content chunks carry at most the output tokens, and nearly all of them.
+    assert (delivered <= ok["completion_tokens"].to_numpy()).all()
+    assert delivered.sum() >= 0.8 * ok["completion_tokens"].sum()
+    assert len(list(out.glob("client-*.csv"))) == 1, "the client's self-audit is recorded"

@@ -51,7 +51,7 @@ def test_no_directory_records_nothing(tmp_path, monkeypatch):
     control = SampleRecorder(tmp_path / "on", "w")  # the same rows with a directory do land
     control.request(request_row())
     control.close()
-    assert len(list((tmp_path / "on").iterdir())) == 2
+    assert len(list((tmp_path / "on").iterdir())) == 3  # samples, requests, client audit
 
 
 def test_a_misspelled_field_fails_loudly(tmp_path):

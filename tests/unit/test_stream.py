@@ -1,57 +1,92 @@
+"""SSE framing and chunk parsing: bytes in, content arrivals, token counts and errors out."""
+
 import json
-from types import SimpleNamespace as NS
 
 import pytest
 
-from vllm_locust.stream import StreamError, consume
+from vllm_locust.sse import SseDecoder, stamped_payloads
+from vllm_locust.stream import StreamError, StreamResult, consume
 
 
-def chat_chunk(content=None, role=None, finish=None):
-    return NS(choices=[NS(delta=NS(content=content, role=role), finish_reason=finish)], usage=None)
+def event(payload) -> bytes:
+    return b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
 
 
-def usage_chunk(prompt, completion):
-    return NS(choices=[], usage=NS(prompt_tokens=prompt, completion_tokens=completion))
+def chat(content=None, role=None, finish=None, usage=None):
+    chunk = {"choices": [{"index": 0, "delta": {"role": role, "content": content}, "finish_reason": finish}]}
+    if usage is not None:
+        chunk["usage"] = {"prompt_tokens": 7, "completion_tokens": usage, "total_tokens": 7 + usage}
+    return chunk
 
 
-def scripted_clock(times):
-    it = iter(times)
-    return lambda: next(it)
+def usage_only(prompt, completion):
+    return {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+
+
+def at(times, payloads):
+    """Each payload arriving at its own instant (what ``stamped_payloads`` yields)."""
+    return [(t, p if isinstance(p, bytes) else json.dumps(p).encode()) for t, p in zip(times, payloads)]
+
+
+def test_decoder_joins_events_split_across_reads_and_stamps_each_by_its_last_read():
+    whole = event(chat("a")) + event(chat("b")) + event(b"[DONE]")
+    reads = [whole[:10], whole[10:40], whole[40:]]  # the first event ends inside the third read
+    clock = iter([1.0, 2.0, 3.0])
+    got = list(stamped_payloads(reads, clock=lambda: next(clock)))
+    assert [t for t, _ in got] == [3.0, 3.0, 3.0], "an event arrives when the read that completes it returns"
+    assert [json.loads(p)["choices"][0]["delta"]["content"] for _, p in got[:2]] == ["a", "b"]
+    assert got[2][1] == b"[DONE]"
+
+
+def test_decoder_handles_crlf_comments_and_multi_line_data():
+    decoder = SseDecoder()
+    assert decoder.feed(b": keep-alive\r\n\r\ndata: {\"x\":\r\ndata: 1}\r\n\r\ndata: 2") == [b'{"x":\n1}']
+    assert decoder.pending == b"data: 2", "an unfinished event waits for its end"
+    assert decoder.feed(b"\n\n") == [b"2"]
 
 
 def test_role_only_first_chunk_is_not_a_token():
-    chunks = [chat_chunk(content="", role="assistant"), chat_chunk("a"), chat_chunk("b", finish="length"),
-              usage_chunk(7, 2)]
-    r = consume(chunks, clock=scripted_clock([1.0, 1.2, 1.3, 1.4]))
+    payloads = at([1.0, 1.2, 1.3, 1.4, 1.5], [chat(content="", role="assistant"), chat("a"),
+                                              chat("b", finish="length"), usage_only(7, 2), b"[DONE]"])
+    r = consume(payloads)
     assert r.content_times_s == [1.2, 1.3], "only chunks with content are stamped"
-    assert (r.prompt_tokens, r.completion_tokens, r.finish_reason, r.chunks) == (7, 2, "length", 4)
+    assert (r.prompt_tokens, r.completion_tokens, r.finish_reason, r.chunks, r.done) == (7, 2, "length", 4, True)
+    assert r.content_tokens == [None, None], "no per-chunk usage: token counts unknown"
+
+
+def test_continuous_usage_gives_the_tokens_each_chunk_carried():
+    # A detokenizer hold-back: the second token produced no text, so the third chunk carries two.
+    payloads = at([1, 2, 3, 4, 5], [chat("", role="assistant", usage=0), chat("a", usage=1), chat("", usage=2),
+                                    chat("bc", finish="length", usage=3), usage_only(7, 3)])
+    seen = []
+    r = consume(payloads, on_content=lambda i, t, k: seen.append((i, t, k)))
+    assert seen == [(0, 2, 1), (1, 4, 2)], "the held-back token is counted with the chunk that delivers it"
+    assert r.completion_tokens == 3 and sum(r.content_tokens) == 3
 
 
 def test_completions_text_chunks_and_callback_order():
     seen = []
-    chunks = [NS(choices=[NS(text="x", finish_reason=None)], usage=None),
-              NS(choices=[NS(text="", finish_reason=None)], usage=None),
-              NS(choices=[NS(text="y", finish_reason="stop")], usage=None)]
-    r = consume(chunks, clock=scripted_clock([5.0, 5.1, 5.2]), on_content=lambda i, t: seen.append((i, t)))
+    payloads = at([5.0, 5.1, 5.2], [{"choices": [{"text": "x", "finish_reason": None}]},
+                                    {"choices": [{"text": "", "finish_reason": None}]},
+                                    {"choices": [{"text": "y", "finish_reason": "stop"}]}])
+    r = consume(payloads, on_content=lambda i, t, k: seen.append((i, t)))
     assert seen == [(0, 5.0), (1, 5.2)], "callback gets content index and arrival time, empty text skipped"
     assert r.content_chunks == 2 and r.completion_tokens is None
 
 
 def test_stream_without_finish_is_an_error_and_keeps_samples():
-    from vllm_locust.stream import StreamResult
-
     kept = StreamResult()
     with pytest.raises(StreamError, match="without a finish_reason after 2 chunks"):
-        consume([chat_chunk("a"), chat_chunk("b")], clock=scripted_clock([1, 2]), result=kept)
+        consume(at([1, 2], [chat("a"), chat("b")]), result=kept)
     assert kept.content_times_s == [1, 2], "what arrived before the error stays in the result"
 
 
-def test_malformed_chunks():
-    def bad_json():
-        yield chat_chunk("a")
-        json.loads("{oops")
-
-    with pytest.raises(StreamError, match="not JSON"):
-        consume(bad_json(), clock=scripted_clock([1, 2]))
+def test_malformed_chunks_and_error_events():
+    with pytest.raises(StreamError, match="malformed chunk 2: not JSON"):
+        consume(at([1, 2], [chat("a"), b"{oops"]))
     with pytest.raises(StreamError, match="no 'choices'"):
-        consume([NS(usage=None)], clock=scripted_clock([1]))
+        consume(at([1], [{"usage": None}]))
+    with pytest.raises(StreamError, match="not a JSON object"):
+        consume(at([1], [b"[1, 2]"]))
+    with pytest.raises(StreamError, match="server error in stream: engine dead"):
+        consume(at([1, 2], [chat("a"), {"error": {"message": "engine dead", "code": 500}}]))

@@ -9,7 +9,7 @@ from locust.event import Events
 from vllm_locust.options import defaults
 from vllm_locust.recorder import SampleRecorder
 from vllm_locust.plugin import VllmPlugin
-from vllm_locust.schema import WARMUP
+from vllm_locust.schema import INTERRUPTED, WARMUP
 from vllm_locust.user import ChatStreamUser
 
 
@@ -79,10 +79,10 @@ def test_warmup_samples_recorded_but_not_fired(fake_server, tmp_path):
 
 
 @pytest.mark.parametrize("mode,message,kept_itl", [
-    ("malformed", "malformed chunk after", 1),
+    ("malformed", "malformed chunk 4: not JSON", 1),
     ("nofinish", "stream ended without a finish_reason", 1),
     ("error", "server error in stream: EngineCore encountered an issue.", 1),
-    ("die", "connection failed: RemoteProtocolError: peer closed connection", 1),
+    ("die", "connection lost mid-stream: RemoteProtocolError: peer closed connection", 1),
 ])
 def test_failures_are_specific_and_keep_earlier_samples(fake_server, tmp_path, mode, message, kept_itl):
     fake_server.configure(ttft_ms=5, itl_ms=2, mode=mode)
@@ -127,3 +127,60 @@ def test_a_workload_that_cannot_be_built_stops_users_with_one_line(fake_server, 
     errors = [r for r in caplog.records if "cannot build the workload" in r.getMessage()]
     assert len(errors) == 1 and "more than the 1 asked for" in errors[0].getMessage(), "one line for the process"
     assert env.process_exit_code == 2 and fired == []
+
+
+def test_a_run_stopped_mid_stream_keeps_the_request_row_marked_interrupted(fake_server, tmp_path):
+    """Locust kills users at the end of -t: the request's TTFT was already fired, so its row must
+    exist too (Locust's TTFT count = rows with a TTFT), marked interrupted, not failed."""
+    import gevent
+
+    fake_server.configure(ttft_ms=5, itl_ms=40, tokens=50)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=50)
+    user = ChatStreamUser(env)
+    user.on_start()
+    greenlet = gevent.spawn(user.stream_completion)
+    gevent.sleep(0.3)  # TTFT and a few gaps are in; the stream runs for 2 s more
+    greenlet.kill(block=True)
+    VllmPlugin.of(env).recorder.close()
+    rows = read_csv(tmp_path / "requests-r1-w1.csv")
+    assert len(rows) == 1 and rows[0]["error"] == INTERRUPTED, rows
+    assert rows[0]["ttft_ms"] and not rows[0]["e2e_ms"]
+    assert len(by_name(fired, "TTFT")) == 1 and not [e for e in fired if e["exception"]], \
+        "an interrupted request is not a failure of the server"
+    samples = read_csv(tmp_path / "samples-r1-w1.csv")
+    assert len(samples) == len(by_name(fired, "TTFT")) + len(by_name(fired, "ITL")), "samples kept as fired"
+
+
+def test_per_chunk_usage_records_the_tokens_each_chunk_carried(fake_server, tmp_path):
+    fake_server.configure(ttft_ms=10, itl_ms=2, tokens_per_chunk=3)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=10)
+    run_requests(env, n=1)
+    samples = read_csv(tmp_path / "samples-r1-w1.csv")
+    chunks = [int(s["tokens"]) for s in samples if s["metric"] in ("TTFT", "ITL")]
+    assert chunks == [3, 3, 3, 1], "10 tokens in chunks of 3: the server's running usage says so"
+    assert [e["response_length"] for e in by_name(fired, "ITL")] == [3, 3, 1]
+    request = read_csv(tmp_path / "requests-r1-w1.csv")[0]
+    assert (request["content_chunks"], request["completion_tokens"]) == ("4", "10")
+
+
+def test_no_per_chunk_usage_when_turned_off(fake_server, tmp_path):
+    fake_server.configure(ttft_ms=10, itl_ms=2)
+    env, _ = make_env(fake_server.url, tmp_path, max_tokens=4, continuous_usage="off")
+    run_requests(env, n=1)
+    samples = read_csv(tmp_path / "samples-r1-w1.csv")
+    assert {s["tokens"] for s in samples if s["metric"] == "ITL"} == {""}, "unknown, not guessed"
+
+
+def test_users_share_one_client_and_every_request_is_unique(fake_server, tmp_path):
+    fake_server.configure(ttft_ms=2, itl_ms=1)
+    env, _ = make_env(fake_server.url, tmp_path, max_tokens=2, prompt_pool=2, prompt_tokens=40)
+    users = [ChatStreamUser(env) for _ in range(3)]
+    for user in users:
+        user.on_start()
+    for _ in range(3):
+        for user in users:
+            user.stream_completion()
+    plugin = VllmPlugin.of(env)
+    assert len({id(plugin.client_for(plugin.load_context())) for _ in users}) == 1, "one client per process"
+    log = fake_server.log()
+    assert len(log) == 9 and len({r["prompt_sha1"] for r in log}) == 9, "a pool of 2 bodies, 9 distinct prompts"

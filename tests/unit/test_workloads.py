@@ -2,7 +2,8 @@ import pytest
 
 from launch.make_tiny_model import write_model
 from vllm_locust.tokencount import LocalTokenCounter, WordCounter
-from vllm_locust.workloads import ExactBuilder, PromptLengthError, WorkloadSpec, build_prompts, load_or_build
+from vllm_locust.workloads import (ExactBuilder, PromptLengthError, WorkloadSpec, build_prompts, build_workload,
+                                   load_or_build)
 
 
 @pytest.fixture(scope="module")
@@ -10,13 +11,50 @@ def counter(tmp_path_factory):
     return LocalTokenCounter(write_model(tmp_path_factory.mktemp("tiny")))
 
 
+def count(counter, rendered):
+    return counter.count_text(rendered) if isinstance(rendered, str) else counter.count_messages(rendered)
+
+
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_fixed_prompts_have_the_exact_token_count(counter, endpoint):
-    prompts = build_prompts(WorkloadSpec(name="fixed", prompt_tokens=97, pool=12, endpoint=endpoint), counter)
-    counts = [counter.count_text(p.text) if endpoint == "completions" else counter.count_messages(p.chat_messages())
-              for p in prompts]
-    assert counts == [97] * 12, "every prompt is exactly --prompt-tokens by the tokenizer"
+    spec = WorkloadSpec(name="fixed", prompt_tokens=97, pool=12, endpoint=endpoint, unique=False)
+    prompts = build_prompts(spec, counter)
+    assert [count(counter, p.render()) for p in prompts] == [97] * 12, "every prompt is exactly --prompt-tokens"
     assert len({p.text or p.messages for p in prompts}) == 12, "prompts in the pool are distinct"
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_tagged_prompts_never_repeat_and_stay_exact(counter, endpoint):
+    workload = build_workload(WorkloadSpec(name="fixed", prompt_tokens=60, pool=4, endpoint=endpoint), counter)
+    assert len(workload.atoms) >= 8
+    seen, lengths = set(), set()
+    # Several workers and runs, and sequences past the pool size and past the first digits' carry.
+    for run in (0, 7):
+        for worker in (0, 1, 33):
+            for sequence in (0, 1, 3, 4, 5, 31, 32, 33, 1023, 1024, 40000):
+                rendered = workload.prompts[sequence % 4].render(workload.tag(run, worker, sequence))
+                seen.add(str(rendered))
+                lengths.add(count(counter, rendered))
+    assert len(seen) == 2 * 3 * 11, "no two requests of a run carry the same prompt"
+    assert lengths == {60}, "a tag never changes the exact length"
+
+
+def test_tags_lead_the_user_text_so_no_prefix_is_shared(counter):
+    spec = WorkloadSpec(name="shared-prefix", prompt_tokens=30, prefix_tokens=64, pool=2)
+    workload = build_workload(spec, counter)
+    a = workload.prompts[0].render(workload.tag(0, 0, 0))
+    b = workload.prompts[0].render(workload.tag(0, 0, 2))  # the same body two pool cycles later
+    assert a[0] == b[0] and a[0]["role"] == "system", "the shared system prompt stays shared"
+    words_a, words_b = a[1]["content"].split(), b[1]["content"].split()
+    assert words_a[1] != words_b[1], "the request number's fastest digit comes right after the lead word"
+    assert words_a[8:] == words_b[8:], "the body after the tag is the pool entry"
+    assert count(counter, a) == count(counter, b) == 94
+
+
+def test_no_unique_prompts_recycles_the_pool(counter):
+    workload = build_workload(WorkloadSpec(prompt_tokens=40, pool=3, unique=False), counter)
+    assert workload.atoms == () and workload.tag(0, 0, 5) == ""
+    assert workload.prompts[0].render(workload.tag(0, 0, 3)) == workload.prompts[0].render()
 
 
 def test_mixed_has_short_and_long_in_the_seeded_share(counter):
@@ -25,7 +63,7 @@ def test_mixed_has_short_and_long_in_the_seeded_share(counter):
     kinds = {p.kind: 0 for p in prompts}
     for p in prompts:
         kinds[p.kind] += 1
-        assert counter.count_messages(p.chat_messages()) == (400 if p.kind == "long" else 40)
+        assert count(counter, p.render("ba ba ba ba ba ba ba ba")) == (400 if p.kind == "long" else 40)
     assert 8 <= kinds["long"] <= 32, f"about a quarter long: {kinds}"
 
 
@@ -35,7 +73,7 @@ def test_shared_prefix_shares_the_system_prompt(counter):
     systems = {p.messages[0] for p in prompts}
     assert len(systems) == 1 and systems.pop()[0] == "system", "one system prompt for all"
     assert counter.count_text(prompts[0].messages[0][1]) == 64, "the shared part is --prefix-tokens"
-    assert all(counter.count_messages(p.chat_messages()) == 94 for p in prompts), "whole prompt = prefix + prompt"
+    assert all(counter.count_messages(p.render("ba ba ba ba ba ba ba ba")) == 94 for p in prompts), "prefix + prompt"
     assert len({p.messages[1] for p in prompts}) == 6, "user parts differ"
 
 
