@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vllm_locust.schema import RUN
+from vllm_locust.schema import IDS, RUN, SUMMARY, pct_col
 
 from .attribution import attribution_table
 from .checklist import checklist
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         samples = successful_samples(samples, requests)
         if samples.empty:
             raise AnalysisError(f"{args.runs_dir}: no measured samples (was every run all warm-up?)")
-        baseline = pick_baseline(sorted(samples["profile"].unique()), args.baseline)
+        baseline = pick_baseline(sorted(samples[IDS.profile].unique()), args.baseline)
     except AnalysisError as err:
         print(f"analysis: {err}", file=sys.stderr)
         return 2
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         note = (f" (UNTRUSTED at concurrency {', '.join(map(str, untrusted[profile]))}: the client fell behind)"
                 if profile in untrusted else "")
         print(f"{profile}: {verdict} {baseline}{note}")
-    late = summary[summary["client_trusted"] == False]  # noqa: E712
+    late = summary[summary[SUMMARY.client_trusted] == False]  # noqa: E712
     for row in late.itertuples():
         print(f"untrusted: {row.profile} c={row.concurrency}: client event-loop lag p99 {row.client_loop_lag_p99_ms:.2f} ms "
               f"> {args.max_client_lag_ms:g} ms: its TTFT/ITL include the client's own lateness (add --workers)")
@@ -95,8 +95,8 @@ def main(argv=None) -> int:
     failed = []
     if args.fail_unless_beats and any(v != "beats" for v in result.values()):
         failed.append("a candidate does not beat the baseline")
-    candidates = summary[summary["profile"] != baseline] if len(result) else summary
-    for col, slo in (("p95_ttft_ms", args.slo_p95_ttft_ms), ("p95_itl_ms", args.slo_p95_itl_ms)):
+    candidates = summary[summary[SUMMARY.profile] != baseline] if len(result) else summary
+    for col, slo in ((pct_col("TTFT", 95), args.slo_p95_ttft_ms), (pct_col("ITL", 95), args.slo_p95_itl_ms)):
         if slo is not None:
             over = candidates[candidates[col] > slo]
             for row in over.itertuples():

@@ -14,11 +14,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from vllm_locust.schema import IDS, PER_RUN, SAMPLE, SUMMARY, TTFT  # noqa: E402
+
 from .server import series  # noqa: E402
 
-TRUST_SHOWN = ["profile", "concurrency", "client_trusted", "client_loop_lag_p99_ms", "client_cpu_max_pct",
-               "client_spawn_to_send_max_ms", "client_minus_server_ttft_ms", "client_minus_server_itl_ms",
-               "chunks_per_token", "p50_itl_ms", "p50_itl_per_token_ms", "p95_itl_per_token_ms", "prefix_cache_hit_rate"]
+TRUST_SHOWN = [SUMMARY.profile, SUMMARY.concurrency, SUMMARY.client_trusted, SUMMARY.client_loop_lag_p99_ms, SUMMARY.client_cpu_max_pct,
+               SUMMARY.client_spawn_to_send_max_ms, SUMMARY.client_minus_server_ttft_ms, SUMMARY.client_minus_server_itl_ms,
+               SUMMARY.chunks_per_token, SUMMARY.p50_itl_ms, SUMMARY.p50_itl_per_token_ms, SUMMARY.p95_itl_per_token_ms, SUMMARY.prefix_cache_hit_rate]
 TRUST_TEXT = ("Each Locust process timed its own event loop (a 10 ms timer's lateness) during the measured phase: "
               "a chunk is stamped only when the loop gets to it, so a loop-lag p99 over the threshold means TTFT and "
               "ITL include the client's lateness (untrusted; add --workers). CPU share alone misses bursty overload. "
@@ -27,9 +29,9 @@ TRUST_TEXT = ("Each Locust process timed its own event loop (a 10 ms timer's lat
               "below 1 means chunks carried several tokens (speculative decoding, detokenizer hold-back): ITL per "
               "chunk (vLLM's definition) then differs from ITL per token. A prefix-cache hit rate near 0 shows that "
               "prompts did not repeat.")
-SUMMARY_SHOWN = ["profile", "concurrency", "repeats", "requests", "failures", "p50_ttft_ms", "p95_ttft_ms",
-                 "p99_ttft_ms", "p50_itl_ms", "p95_itl_ms", "p99_itl_ms", "p95_tpot_ms", "output_tokens_per_s",
-                 "requests_per_s", "max_num_requests_waiting", "mean_kv_cache_usage", "preemptions"]
+SUMMARY_SHOWN = [SUMMARY.profile, SUMMARY.concurrency, SUMMARY.repeats, SUMMARY.requests, SUMMARY.failures, SUMMARY.p50_ttft_ms, SUMMARY.p95_ttft_ms,
+                 SUMMARY.p99_ttft_ms, SUMMARY.p50_itl_ms, SUMMARY.p95_itl_ms, SUMMARY.p99_itl_ms, SUMMARY.p95_tpot_ms, SUMMARY.output_tokens_per_s,
+                 SUMMARY.requests_per_s, SUMMARY.max_num_requests_waiting, SUMMARY.mean_kv_cache_usage, SUMMARY.preemptions]
 
 
 def _ecdf(ax, values, label):
@@ -41,8 +43,8 @@ def _ecdf(ax, values, label):
 def plot_distributions(samples: pd.DataFrame):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, metric in zip(axes, ("TTFT", "ITL")):
-        for (profile, c), g in samples[samples["metric"] == metric].groupby(["profile", "concurrency"]):
-            _ecdf(ax, g["value_ms"].to_numpy(), f"{profile} c={c}")
+        for (profile, c), g in samples[samples[SAMPLE.metric] == metric].groupby([IDS.profile, IDS.concurrency]):
+            _ecdf(ax, g[SAMPLE.value_ms].to_numpy(), f"{profile} c={c}")
         ax.set(xlabel=f"{metric} (ms)", ylabel="fraction of samples", title=f"{metric} distribution")
         ax.axhline(0.95, color="grey", lw=0.5, ls="--")
         ax.legend(fontsize=7)
@@ -52,9 +54,9 @@ def plot_distributions(samples: pd.DataFrame):
 
 def plot_p95(summary: pd.DataFrame):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, col in zip(axes, ("p95_ttft_ms", "p95_itl_ms")):
-        for profile, g in summary.groupby("profile"):
-            ax.plot(g["concurrency"], g[col], marker="o", label=profile)
+    for ax, col in zip(axes, (SUMMARY.p95_ttft_ms, SUMMARY.p95_itl_ms)):
+        for profile, g in summary.groupby(SUMMARY.profile):
+            ax.plot(g[SUMMARY.concurrency], g[col], marker="o", label=profile)
         ax.set(xlabel="concurrency (streams)", ylabel=col, title=f"{col} against concurrency")
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -63,11 +65,11 @@ def plot_p95(summary: pd.DataFrame):
 
 def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame):
     """Per profile (its first run at the highest concurrency): queue depth, KV cache, client TTFT."""
-    picks = runs.sort_values(["concurrency", "repeat"], ascending=[False, True]).groupby("profile").head(1)
+    picks = runs.sort_values([PER_RUN.concurrency, PER_RUN.repeat], ascending=[False, True]).groupby(PER_RUN.profile).head(1)
     fig, axes = plt.subplots(len(picks), 1, figsize=(11, 3 * max(1, len(picks))), squeeze=False)
     for ax, (_, run) in zip(axes[:, 0], picks.iterrows()):
-        t0 = run["window_start_s"]
-        srv = server[server["run_key"] == run["run_key"]]
+        t0 = run[PER_RUN.window_start_s]
+        srv = server[server[IDS.run_key] == run[PER_RUN.run_key]]
         for name, label in (("vllm:num_requests_waiting", "waiting"), ("vllm:num_requests_running", "running")):
             s = series(srv, name)
             ax.step(s.index - t0, s.values, where="post", label=label)
@@ -76,8 +78,8 @@ def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFram
         right = ax.twinx()
         kv = series(srv, "vllm:kv_cache_usage_perc")
         right.plot(kv.index - t0, kv.values * 100, color="tab:green", lw=1, label="KV cache %")
-        ttft = samples[(samples["run_key"] == run["run_key"]) & (samples["metric"] == "TTFT")]
-        right.scatter(ttft["t_s"] - t0, ttft["value_ms"], s=6, color="tab:red", label="client TTFT ms")
+        ttft = samples[(samples[IDS.run_key] == run[PER_RUN.run_key]) & (samples[SAMPLE.metric] == TTFT)]
+        right.scatter(ttft[SAMPLE.t_s] - t0, ttft[SAMPLE.value_ms], s=6, color="tab:red", label="client TTFT ms")
         right.set_ylabel("KV cache % / TTFT ms")
         lines = ax.get_legend_handles_labels()
         more = right.get_legend_handles_labels()

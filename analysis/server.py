@@ -12,35 +12,37 @@ import json
 import numpy as np
 import pandas as pd
 
+from vllm_locust.schema import PER_RUN, SERVER
+
 from .stats import counter_increase
 
-GAUGE_MAX = {"max_num_requests_running": "vllm:num_requests_running",
-             "max_num_requests_waiting": "vllm:num_requests_waiting"}
+GAUGE_MAX = {PER_RUN.max_num_requests_running: "vllm:num_requests_running",
+             PER_RUN.max_num_requests_waiting: "vllm:num_requests_waiting"}
 HISTOGRAM_MEANS = {
-    "server_queue_ms": "vllm:request_queue_time_seconds",
-    "server_prefill_ms": "vllm:request_prefill_time_seconds",
-    "server_decode_ms": "vllm:request_decode_time_seconds",
-    "server_ttft_mean_ms": "vllm:time_to_first_token_seconds",
-    "server_itl_mean_ms": "vllm:inter_token_latency_seconds",
+    PER_RUN.server_queue_ms: "vllm:request_queue_time_seconds",
+    PER_RUN.server_prefill_ms: "vllm:request_prefill_time_seconds",
+    PER_RUN.server_decode_ms: "vllm:request_decode_time_seconds",
+    PER_RUN.server_ttft_mean_ms: "vllm:time_to_first_token_seconds",
+    PER_RUN.server_itl_mean_ms: "vllm:inter_token_latency_seconds",
 }
-HISTOGRAM_P95 = {"server_p95_ttft_ms": "vllm:time_to_first_token_seconds",
-                 "server_p95_itl_ms": "vllm:inter_token_latency_seconds"}
+HISTOGRAM_P95 = {PER_RUN.server_p95_ttft_ms: "vllm:time_to_first_token_seconds",
+                 PER_RUN.server_p95_itl_ms: "vllm:inter_token_latency_seconds"}
 
 
 def series(server: pd.DataFrame, name: str) -> pd.Series:
     """Value over time of one sample name, summed over its label sets."""
-    rows = server[server["name"] == name]
-    return rows.groupby("t_s")["value"].sum().sort_index()
+    rows = server[server[SERVER.name] == name]
+    return rows.groupby(SERVER.t_s)[SERVER.value].sum().sort_index()
 
 
 def increase(server: pd.DataFrame, name: str) -> float:
-    rows = server[server["name"] == name]
+    rows = server[server[SERVER.name] == name]
     return float(sum(counter_increase(g.sort_values("t_s")["value"]) for _, g in rows.groupby("labels")))
 
 
 def histogram_quantile(server: pd.DataFrame, name: str, q: float) -> float:
     """Quantile of a Prometheus histogram's increase over the window (as PromQL's, linear in a bucket)."""
-    rows = server[server["name"] == name + "_bucket"].copy()
+    rows = server[server[SERVER.name] == name + "_bucket"].copy()
     if rows.empty:
         return float("nan")
     rows["le"] = rows["labels"].map(lambda s: float(json.loads(s).get("le", "nan")))
@@ -74,10 +76,10 @@ def run_server_stats(server: pd.DataFrame) -> dict:
         s = series(server, name)
         out[key] = float(s.max()) if len(s) else float("nan")
     kv = series(server, "vllm:kv_cache_usage_perc")
-    out["mean_kv_cache_usage"] = float(kv.mean()) if len(kv) else float("nan")
-    out["preemptions"] = increase(server, "vllm:num_preemptions_total") if len(server) else float("nan")
+    out[PER_RUN.mean_kv_cache_usage] = float(kv.mean()) if len(kv) else float("nan")
+    out[PER_RUN.preemptions] = increase(server, "vllm:num_preemptions_total") if len(server) else float("nan")
     hits, queries = increase(server, "vllm:prefix_cache_hits_total"), increase(server, "vllm:prefix_cache_queries_total")
-    out["prefix_cache_hit_rate"] = hits / queries if queries > 0 else float("nan")
+    out[PER_RUN.prefix_cache_hit_rate] = hits / queries if queries > 0 else float("nan")
     for key, name in HISTOGRAM_MEANS.items():
         count = increase(server, name + "_count")
         out[key] = increase(server, name + "_sum") / count * 1000.0 if count > 0 else float("nan")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import SUMMARY, VERDICT
+from vllm_locust.schema import COMPARISON, IDS, PER_RUN, SAMPLE, SUMMARY, VERDICT, pct_col
 
 from .stats import bootstrap_ci, pct_change
 
@@ -30,8 +30,8 @@ class Rule:
 
 def request_groups(samples: pd.DataFrame, metric: str) -> list[list[np.ndarray]]:
     """Per repeat, per request: the metric's samples (the bootstrap's resampling units)."""
-    rows = samples[samples["metric"] == metric]
-    return [[g["value_ms"].to_numpy() for _, g in rep.groupby("request_id")] for _, rep in rows.groupby("repeat")]
+    rows = samples[samples[SAMPLE.metric] == metric]
+    return [[g[SAMPLE.value_ms].to_numpy() for _, g in rep.groupby(SAMPLE.request_id)] for _, rep in rows.groupby(IDS.repeat)]
 
 
 def _quantile(q: float):
@@ -50,28 +50,28 @@ def compare(samples: pd.DataFrame, runs: pd.DataFrame, baseline: str, rule: Rule
     """Tidy comparison: one row per candidate profile, concurrency and metric."""
     rng = np.random.default_rng(rule.seed)
     rows = []
-    for profile in sorted(set(samples["profile"]) - {baseline}):
-        for c in sorted(set(samples.loc[samples["profile"] == profile, "concurrency"])
-                        & set(samples.loc[samples["profile"] == baseline, "concurrency"])):
-            b = samples[(samples["profile"] == baseline) & (samples["concurrency"] == c)]
-            k = samples[(samples["profile"] == profile) & (samples["concurrency"] == c)]
+    for profile in sorted(set(samples[IDS.profile]) - {baseline}):
+        for c in sorted(set(samples.loc[samples[IDS.profile] == profile, IDS.concurrency])
+                        & set(samples.loc[samples[IDS.profile] == baseline, IDS.concurrency])):
+            b = samples[(samples[IDS.profile] == baseline) & (samples[IDS.concurrency] == c)]
+            k = samples[(samples[IDS.profile] == profile) & (samples[IDS.concurrency] == c)]
             for metric, q in METRICS:
                 bg, kg = request_groups(b, metric), request_groups(k, metric)
                 if not bg or not kg:
                     continue
                 point, low, high = bootstrap_ci(bg, kg, _quantile(q), rule.bootstrap, rng, rule.level)
-                rows.append({"profile": profile, "concurrency": c, "metric": f"p{q}_{metric.lower()}_ms",
-                             "change_pct": point, "ci_low_pct": low, "ci_high_pct": high})
-            bt = runs[(runs["profile"] == baseline) & (runs["concurrency"] == c)]["output_tokens_per_s"].to_numpy()
-            kt = runs[(runs["profile"] == profile) & (runs["concurrency"] == c)]["output_tokens_per_s"].to_numpy()
+                rows.append({COMPARISON.profile: profile, COMPARISON.concurrency: c, COMPARISON.metric: pct_col(metric, q),
+                             COMPARISON.change_pct: point, COMPARISON.ci_low_pct: low, COMPARISON.ci_high_pct: high})
+            bt = runs[(runs[PER_RUN.profile] == baseline) & (runs[PER_RUN.concurrency] == c)][PER_RUN.output_tokens_per_s].to_numpy()
+            kt = runs[(runs[PER_RUN.profile] == profile) & (runs[PER_RUN.concurrency] == c)][PER_RUN.output_tokens_per_s].to_numpy()
             point, low, high = throughput_ci(bt, kt, rule.bootstrap, rng, rule.level)
-            rows.append({"profile": profile, "concurrency": c, "metric": "output_tokens_per_s",
-                         "change_pct": point, "ci_low_pct": low, "ci_high_pct": high})
-    return pd.DataFrame(rows, columns=["profile", "concurrency", "metric", "change_pct", "ci_low_pct", "ci_high_pct"])
+            rows.append({COMPARISON.profile: profile, COMPARISON.concurrency: c, COMPARISON.metric: PER_RUN.output_tokens_per_s,
+                         COMPARISON.change_pct: point, COMPARISON.ci_low_pct: low, COMPARISON.ci_high_pct: high})
+    return pd.DataFrame(rows, columns=list(COMPARISON))
 
 
 def _improves(row: pd.Series | None) -> bool:
-    return row is not None and row["ci_high_pct"] < 0
+    return row is not None and row[COMPARISON.ci_high_pct] < 0
 
 
 def trust_of(summary: pd.DataFrame) -> dict:
@@ -84,15 +84,15 @@ def verdicts(comparison: pd.DataFrame, rule: Rule, trust: dict | None = None, ba
     on both sides can be trusted (a verdict on untrusted runs says so in ``why``)."""
     trust = trust or {}
     rows = []
-    for (profile, c), g in comparison.groupby(["profile", "concurrency"]):
-        by = {r["metric"]: r for _, r in g.iterrows()}
-        ttft, itl, tput = by.get("p95_ttft_ms"), by.get("p95_itl_ms"), by.get("output_tokens_per_s")
+    for (profile, c), g in comparison.groupby([COMPARISON.profile, COMPARISON.concurrency]):
+        by = {r[COMPARISON.metric]: r for _, r in g.iterrows()}
+        ttft, itl, tput = by.get(pct_col("TTFT", 95)), by.get(pct_col("ITL", 95)), by.get(PER_RUN.output_tokens_per_s)
         reasons = []
         if not _improves(ttft):
             reasons.append("p95 TTFT does not improve with an interval excluding zero")
         if not _improves(itl):
             reasons.append("p95 ITL does not improve with an interval excluding zero")
-        if tput is None or not tput["change_pct"] >= -rule.max_throughput_drop_pct:
+        if tput is None or not tput[COMPARISON.change_pct] >= -rule.max_throughput_drop_pct:
             reasons.append(f"throughput falls more than {rule.max_throughput_drop_pct:g}%")
         sides = [trust.get((profile, c)), trust.get((baseline, c))]
         trusted = False if False in sides else (None if None in sides else True)
@@ -101,9 +101,9 @@ def verdicts(comparison: pd.DataFrame, rule: Rule, trust: dict | None = None, ba
             late = [p for p, t in ((profile, sides[0]), (baseline, sides[1])) if t is False]
             why = f"UNTRUSTED: the client fell behind (loop lag) in {', '.join(map(str, late))}; " + why
         rows.append({VERDICT.profile: profile, VERDICT.concurrency: c, VERDICT.beats: not reasons,
-                     VERDICT.p95_ttft_change_pct: ttft["change_pct"] if ttft is not None else np.nan,
-                     VERDICT.p95_itl_change_pct: itl["change_pct"] if itl is not None else np.nan,
-                     VERDICT.throughput_change_pct: tput["change_pct"] if tput is not None else np.nan,
+                     VERDICT.p95_ttft_change_pct: ttft[COMPARISON.change_pct] if ttft is not None else np.nan,
+                     VERDICT.p95_itl_change_pct: itl[COMPARISON.change_pct] if itl is not None else np.nan,
+                     VERDICT.throughput_change_pct: tput[COMPARISON.change_pct] if tput is not None else np.nan,
                      VERDICT.trusted: trusted, VERDICT.why: why})
     return pd.DataFrame(rows, columns=list(VERDICT))
 

@@ -1,17 +1,21 @@
-"""How far the suite's TTFT and ITL are from the truth, at 1, 16, 64 and 256 concurrent streams.
+"""How far the suite's TTFT and ITL are from the truth, beside vLLM's own client on the same server.
 
-The truth is the exact-timing fake server's own record (``vllm_locust/mockserver.py``): when each
+The truth is the exact-timing mock server's own record (``vllm_locust/mockserver.py``): when each
 request arrived and when each chunk was handed to the socket, on the same monotonic clock. The
-client is the real thing: ``locust --headless`` on this project's locustfile, one process.
-Writes a Markdown table to stdout (and ``--out``): p50 and p95 of client and server, and the error.
+clients are the real things: ``locust --headless`` on this project's locustfile (one process, or
+``--processes N``), and ``vllm bench serve`` (vLLM's client, one asyncio process, run from the vLLM
+venv through ``benchmarks/vllm_bench_client.py``) at the same concurrency. Writes a Markdown table
+to stdout (and ``--out``): per client and level, chunks/s, CPU per chunk (start-up subtracted),
+p50 and p95 of client and server, and the error.
 
-    python benchmarks/measurement_error.py --duration 20 --out docs/benchmark-measurement-error.md
+    python benchmarks/measurement_error.py --streams 1,16,64 --ttft-ms 100 --itl-ms 5 --clients suite,vllm
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,6 +27,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from vllm_locust.mockserver import start_process  # noqa: E402
+
+VLLM_PYTHON = os.environ.get("VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
 
 
 def truth(log: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -58,33 +64,107 @@ def raw_socket_floor(server, ttft_ms: float, itl_ms: float, tokens: int, n: int 
     return float(np.median(errors))
 
 
-def run_level(server, users: int, duration_s: int, tokens: int, ttft_ms: float, itl_ms: float) -> dict:
-    import resource
+CPU_TRACE: list[tuple[float, float]] = []  # (perf_counter s, CPU s of the client and its children)
 
-    server.configure(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens=tokens)
-    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
-               "--headless", "-u", str(users), "-r", str(users), "-t", f"{duration_s}s", "--only-summary",
-               "--max-tokens", str(tokens), "--prompt-tokens", "64", "--prompt-pool", "64",
-               "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "30"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if proc.returncode != 0:
-            raise SystemExit(proc.stderr[-2000:])
-        samples = pd.concat([pd.read_csv(f) for f in glob.glob(f"{out}/samples-*.csv")])
-        requests = pd.concat([pd.read_csv(f) for f in glob.glob(f"{out}/requests-*.csv")])
+
+def child_cpu_s(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    """Run a client, sampling its CPU time (with its worker processes) every 0.2 s into CPU_TRACE, so
+    the CPU it spent while chunks flowed can be told from its start-up (imports, tokenizer, prompts)."""
+    import time
+
+    import psutil
+
+    CPU_TRACE.clear()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT)
+        watched = psutil.Process(proc.pid)
+        seen: dict[int, float] = {}
+        while proc.poll() is None:
+            try:
+                for p in [watched, *watched.children(recursive=True)]:
+                    t = p.cpu_times()
+                    seen[p.pid] = t.user + t.system
+            except psutil.Error:
+                pass
+            CPU_TRACE.append((time.perf_counter(), sum(seen.values())))
+            time.sleep(0.2)
+        err.seek(0)
+        return 0.0, subprocess.CompletedProcess(cmd, proc.returncode, "", err.read())
+
+
+def cpu_between(start_s: float, end_s: float) -> float:
+    """CPU seconds the client spent between two perf_counter instants (from CPU_TRACE)."""
+    times = np.array([t for t, _ in CPU_TRACE])
+    cpu = np.array([c for _, c in CPU_TRACE])
+    return float(np.interp(end_s, times, cpu) - np.interp(start_s, times, cpu)) if len(times) > 1 else float("nan")
+
+
+def suite_client(server, users: int, processes: int, duration_s: int, tokens: int, out: str):
+    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+           "--headless", "-u", str(users), "-r", str(users), "-t", f"{duration_s}s", "--only-summary",
+           "--max-tokens", str(tokens), "--prompt-tokens", "64", "--prompt-pool", "64",
+           "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "30"]
+    if processes > 1:
+        cmd += ["--processes", str(processes)]
+    cpu_s, proc = child_cpu_s(cmd)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-2000:])
+    samples = pd.concat([pd.read_csv(f) for f in glob.glob(f"{out}/samples-*.csv")])
+    requests = pd.concat([pd.read_csv(f) for f in glob.glob(f"{out}/requests-*.csv")])
     done = requests[requests["error"].isna()]
     samples = samples[samples["request_id"].isin(done["request_id"])]
     # The first request of each user opens its connection and warms the SDK: the warm-up's job.
-    first = requests.sort_values("sent_at_s").groupby("worker_id").head(users)["request_id"]
+    first = requests.sort_values("sent_at_s").head(users)["request_id"]
     samples = samples[~samples["request_id"].isin(first)]
-    true_ttft, true_itl = truth(server.log())
-    chunks = int(requests["content_chunks"].sum())
-    cpu_s = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
-    row = {"streams": users, "requests": len(done), "client CPU us/chunk": round(cpu_s / max(chunks, 1) * 1e6)}
-    for metric, true in (("TTFT", true_ttft), ("ITL", true_itl)):
-        client = samples.loc[samples["metric"] == metric, "value_ms"].to_numpy()
+    ttft = samples.loc[samples["metric"] == "TTFT", "value_ms"].to_numpy()
+    itl = samples.loc[samples["metric"] == "ITL", "value_ms"].to_numpy()
+    return cpu_s, len(done), int(requests["content_chunks"].sum()), ttft, itl
+
+
+def vllm_client(server, users: int, duration_s: int, tokens: int, ttft_ms: float, itl_ms: float, out: str):
+    per_request_s = (ttft_ms + tokens * itl_ms) / 1000.0
+    prompts = max(users * 2, int(users * duration_s / per_request_s))
+    cmd = [VLLM_PYTHON, str(ROOT / "benchmarks" / "vllm_bench_client.py"), "--backend", "openai-chat",
+           "--base-url", server.url, "--endpoint", "/v1/chat/completions", "--model", "fake-model",
+           "--tokenizer", str(ROOT / "models" / "tiny"), "--dataset-name", "random", "--random-input-len", "64",
+           "--random-output-len", str(tokens), "--num-prompts", str(prompts), "--max-concurrency", str(users),
+           "--ignore-eos", "--save-result", "--save-detailed", "--result-dir", out, "--result-filename", "r.json",
+           "--disable-tqdm"]
+    cpu_s, proc = child_cpu_s(cmd)
+    path = Path(out) / "r.json"
+    if not path.exists():
+        raise SystemExit(proc.stderr[-2000:])
+    import json
+
+    result = json.loads(path.read_text())
+    order = np.argsort(result["start_times"]) if result.get("start_times") else np.arange(len(result["ttfts"]))
+    keep = [i for i in order[users:] if result["ttfts"][i] > 0]  # first request per stream: warm-up
+    ttft = np.array([result["ttfts"][i] * 1000 for i in keep])
+    # vLLM's client takes the role-only chunk as the first token, so its first "ITL" is the gap
+    # from that chunk to the first content (about 0): left out, so both clients time the same gaps.
+    itl = np.concatenate([np.array(result["itls"][i][1:]) * 1000 for i in keep])
+    chunks = sum(len(result["itls"][i]) for i in range(len(result["ttfts"])))
+    return cpu_s, int(result["completed"]), chunks, ttft, itl
+
+
+def run_level(server, client: str, users: int, processes: int, duration_s: int, tokens: int, ttft_ms: float,
+              itl_ms: float) -> dict:
+    server.configure(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens=tokens)
+    with tempfile.TemporaryDirectory() as out:
+        if client == "vllm":
+            cpu_s, done, chunks, client_ttft, client_itl = vllm_client(server, users, duration_s, tokens, ttft_ms, itl_ms, out)
+        else:
+            cpu_s, done, chunks, client_ttft, client_itl = suite_client(server, users, processes, duration_s, tokens, out)
+    log = server.log()
+    true_ttft, true_itl = truth(log)
+    start, end = min(r["recv"] for r in log), max(r["sends"][-1] for r in log if r["sends"])
+    span = end - start
+    row = {"client": client if client == "vllm" else f"suite x{processes}", "streams": users, "requests": done,
+           "chunks/s": round(chunks / span) if span > 0 else 0,
+           "client CPU us/chunk": round(cpu_between(start, end) / max(chunks, 1) * 1e6),
+           "client CPU %": round(100 * cpu_between(start, end) / span) if span > 0 else 0}
+    for metric, client_values, true in (("TTFT", client_ttft, true_ttft), ("ITL", client_itl, true_itl)):
+        client = client_values
         for q in (50, 95):
             c, t = np.percentile(client, q), np.percentile(true, q)
             row[f"{metric} p{q} client ms"] = round(c, 2)
@@ -100,13 +180,21 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--ttft-ms", type=float, default=150.0)
     parser.add_argument("--itl-ms", type=float, default=15.0)
+    parser.add_argument("--processes", default="1", help="Locust processes per level, e.g. 1,2")
+    parser.add_argument("--clients", default="suite", help="suite, vllm (vLLM's bench serve), or both: suite,vllm")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     server = start_process()
     try:
         floor = raw_socket_floor(server, args.ttft_ms, args.itl_ms, args.tokens)
-        rows = [run_level(server, int(n), args.duration, args.tokens, args.ttft_ms, args.itl_ms)
-                for n in args.streams.split(",")]
+        clients = args.clients.split(",")
+        rows = []
+        for n in args.streams.split(","):
+            for client in clients:
+                for processes in ([int(p) for p in args.processes.split(",")] if client == "suite" else [1]):
+                    rows.append(run_level(server, client, int(n), processes, args.duration, args.tokens,
+                                          args.ttft_ms, args.itl_ms))
+                    print(rows[-1], file=sys.stderr, flush=True)
     finally:
         server.stop()
     table = pd.DataFrame(rows).to_markdown(index=False) if _has_tabulate() else pd.DataFrame(rows).to_string(index=False)
