@@ -10,7 +10,11 @@ metadata; this calls the same ``vllm.benchmarks.serve`` functions the CLI calls.
 import sys
 
 from vllm.benchmarks.serve import add_cli_args, main
-from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:  # vLLM before the utils split (0.26 on the H200 image)
+    from vllm.utils import FlexibleArgumentParser
 
 if __name__ == "__main__":
     parser = FlexibleArgumentParser(description=__doc__.splitlines()[0])
