@@ -77,13 +77,41 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", required=True)
     p.add_argument("--external-url", default="")
     p.add_argument("--label", default="")
-    p.add_argument("--workers", type=int, default=0, help="local Locust worker processes (0: one process)")
+    p.add_argument("--workers", type=workers_arg, default=0,
+                   help="local Locust worker processes (0: one process; auto: from the expected chunk rate)")
+    p.add_argument("--expected-itl-ms", type=float, default=5.0,
+                   help="with --workers auto: the fastest ITL the server may deliver (sets the chunk rate to plan for)")
     p.add_argument("--continue-on-error", action="store_true",
                    help="record a failed run or server and go on to the next run or profile")
     p.add_argument("--health-timeout", type=float, default=float(os.environ.get("HEALTH_TIMEOUT", 600)))
     args = p.parse_args(argv)
     args.locust_args = locust_args
     return args
+
+
+# One process keeps its event-loop lag p99 near or under 1 ms up to about this many chunks/s
+# (docs/benchmark.md: 2,400/s in one process on 2 shared cores with p95 ITL error 0.38 ms).
+CHUNKS_PER_PROCESS = 2000
+
+
+def workers_arg(text: str):
+    """``--workers``: a whole number, or ``auto``."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of worker processes, or auto") from None
+
+
+def auto_workers(concurrency: int, expected_itl_ms: float, cpus: int) -> int:
+    """Worker processes for a closed-loop run: the chunk rate ``concurrency`` streams can reach at
+    ``expected_itl_ms``, over what one process stamps cleanly, within the cores left beside the
+    master; 0 (one process) when one suffices or too few cores are there for two workers."""
+    rate = concurrency * 1000.0 / max(expected_itl_ms, 0.1)
+    need = -(-int(rate) // CHUNKS_PER_PROCESS)
+    workers = min(need, max(cpus - 1, 0))
+    return workers if need > 1 and workers >= 2 else 0
 
 
 @dataclass
@@ -102,8 +130,10 @@ def validate(args) -> Plan:
     levels = positive_ints(args.concurrency, "--concurrency")
     if args.repeats < 1:
         raise SweepError(f"--repeats {args.repeats}: at least 1")
-    if args.workers < 0:
-        raise SweepError(f"--workers {args.workers}: 0 or more")
+    if args.workers != "auto" and args.workers < 0:
+        raise SweepError(f"--workers {args.workers}: 0 or more, or auto")
+    if args.expected_itl_ms <= 0:
+        raise SweepError(f"--expected-itl-ms {args.expected_itl_ms:g}: must be positive")
     if args.duration <= 0:
         raise SweepError(f"--duration {args.duration:g}: the measured period must be positive")
     if args.warmup < 0:
@@ -165,6 +195,7 @@ class Sweep:
         self.t0 = time.time()
         self.done_runs = 0
         self.failed = 0
+        self._auto_said: set = set()
 
     # -- bookkeeping --------------------------------------------------------------------------
     def run_dir(self, label: str, c: int, r: int) -> Path:
@@ -316,9 +347,20 @@ class Sweep:
             return
         write_json_atomic(directory / RUN_RECORD, RunRecord(
             profile=label, concurrency=c, repeat=r, warmup_s=self.args.warmup, duration_s=self.args.duration, url=url,
-            external=bool(self.plan.external), server_dir=str(sdir), workers=self.args.workers,
+            external=bool(self.plan.external), server_dir=str(sdir), workers=self.workers_for(c),
             reset_prefix_cache=reset_cache, locust_args=list(self.args.locust_args), locust_exit=rc,
             started_at=started_at, finished_at=now_iso(), versions=suite_versions(), params=run_params(self.args)))
+
+    def workers_for(self, concurrency: int) -> int:
+        """Local worker processes for a run at this concurrency (``--workers N``, or sized by ``auto``)."""
+        if self.args.workers != "auto":
+            return self.args.workers
+        n = auto_workers(concurrency, self.args.expected_itl_ms, os.cpu_count() or 1)
+        if (concurrency, n) not in self._auto_said:
+            self._auto_said.add((concurrency, n))
+            print(f"sweep: --workers auto: {concurrency} streams at {self.args.expected_itl_ms:g} ms ITL -> "
+                  f"{n or 'no'} worker processes ({CHUNKS_PER_PROCESS} chunks/s each, {os.cpu_count()} cores)", flush=True)
+        return n
 
     @staticmethod
     def locust_reason(directory: Path) -> str:
@@ -333,16 +375,17 @@ class Sweep:
                   "--csv", str(directory / LOCUST_CSV_PREFIX), "--samples-dir", str(directory), "--run-id", run_id,
                   *self.args.locust_args]
         workers: list[subprocess.Popen] = []
+        n_workers = self.workers_for(c)
         timeout = self.args.warmup + self.args.duration + 900
         with open(directory / LOCUST_LOG, "w") as out:
             try:
-                if self.args.workers > 0:
+                if n_workers > 0:
                     with open(directory / LOCUST_WORKERS_LOG, "w") as wlog:
-                        for _ in range(self.args.workers):
+                        for _ in range(n_workers):
                             workers.append(subprocess.Popen(
                                 [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
                                  "--master-host", "127.0.0.1"], stdout=wlog, stderr=subprocess.STDOUT, cwd=ROOT))
-                    cmd = [*common, "--master", "--master-bind-host", "127.0.0.1", "--expect-workers", str(self.args.workers)]
+                    cmd = [*common, "--master", "--master-bind-host", "127.0.0.1", "--expect-workers", str(n_workers)]
                 else:
                     cmd = common
                 return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout).returncode

@@ -90,6 +90,7 @@ class VllmPlugin:
         events = environment.events
         events.test_start.add_listener(self.on_test_start)
         events.test_stop.add_listener(self.on_test_stop)
+        events.test_stopping.add_listener(self.on_test_stopping)
         events.quitting.add_listener(self.on_quitting)
         events.spawning_complete.add_listener(self.on_spawning_complete)
         if isinstance(environment.runner, WorkerRunner):
@@ -173,6 +174,11 @@ class VllmPlugin:
         # Without a shape, the concurrency of a sample is the user count the runner settled on.
         if self.environment.shape_class is None and self.deciding:
             self.publish(concurrency=user_count)
+
+    def on_test_stopping(self, environment, **_kwargs) -> None:
+        """Before Locust kills the users: the teardown's loop lag is not the measured run's."""
+        if self.audit is not None:
+            self.audit.stop()
 
     def on_test_stop(self, environment, **_kwargs) -> None:
         if self.audit is not None:
