@@ -154,7 +154,8 @@ class Handler(BaseHTTPRequestHandler):
         def with_usage(chunk: dict, done: int) -> dict:
             return {**chunk, "usage": usage(done)} if continuous else chunk
 
-        record = {"recv": recv, "sends": [], "role": None, "prompt_sha1": hashlib.sha1(prompt).hexdigest()}
+        record = {"recv": recv, "sends": [], "role": None, "prompt_sha1": hashlib.sha1(prompt).hexdigest(),
+                  "client_port": self.client_address[1]}
         chunks = -(-tokens // per_chunk)
         try:
             for i in range(chunks):

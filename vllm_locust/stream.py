@@ -74,9 +74,11 @@ def consume(
     result = result if result is not None else StreamResult()
     counted = 0  # completion tokens already attributed to content chunks
     for now, payload in payloads:
-        if payload == DONE:
+        if payload == DONE or result.done:
+            # Read on to the end of the body rather than break: a response closed before its last
+            # bytes costs the connection, and the next request a new TCP connect.
             result.done = True
-            break
+            continue
         result.chunks += 1
         try:
             chunk = loads(payload)

@@ -11,10 +11,12 @@ mkdir -p "$out"
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 VLLM_PYTHON=python3
 [[ -f models/qwen7b/config.json ]] || python3 launch/make_tiny_model.py models/qwen7b --shape qwen2.5-7b --max-model-len 32768 >/dev/null
 healthy() { python3 -c 'import urllib.request,sys; urllib.request.urlopen("http://127.0.0.1:8000/health", timeout=2)' 2>/dev/null; }
-if ! healthy; then
+starting() { [[ -f /tmp/vllm-server.pid ]] && kill -0 "$(cat /tmp/vllm-server.pid)" 2>/dev/null; }
+if ! healthy && ! starting; then  # one server: a start still under way (an earlier call's) is waited for
   setsid python3 -c 'from vllm.entrypoints.cli.main import main; main()' serve "$PWD/models/qwen7b" \
     --served-model-name qwen7b-dummy --load-format dummy --host 127.0.0.1 --port 8000 \
     > /tmp/vllm-server.log 2>&1 < /dev/null &
+  echo $! > /tmp/vllm-server.pid
   echo "started vLLM (pid $!), log /tmp/vllm-server.log"
 fi
 [[ "${1:-}" == "--start-only" ]] && exit 0

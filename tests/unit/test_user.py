@@ -184,3 +184,13 @@ def test_users_share_one_client_and_every_request_is_unique(fake_server, tmp_pat
     assert len({id(plugin.client_for(plugin.load_context())) for _ in users}) == 1, "one client per process"
     log = fake_server.log()
     assert len(log) == 9 and len({r["prompt_sha1"] for r in log}) == 9, "a pool of 2 bodies, 9 distinct prompts"
+
+
+def test_back_to_back_requests_reuse_the_connection(fake_server, tmp_path):
+    """The stream is read to its end, so the connection goes back to the pool: a new TCP connect
+    per request would cost CPU and wake-ups in a loaded client."""
+    fake_server.configure(ttft_ms=2, itl_ms=1)
+    env, _ = make_env(fake_server.url, tmp_path, max_tokens=3)
+    run_requests(env, n=4)
+    ports = [r["client_port"] for r in fake_server.log()]
+    assert len(ports) == 4 and len(set(ports)) == 1, f"one keep-alive connection, got ports {ports}"
