@@ -45,14 +45,15 @@ def run(cmd: list[str], log: Path, timeout_s: float) -> tuple[int, float, float]
     return proc.returncode, children_cpu_s() - cpu0, time.time() - t0
 
 
-def suite_level(a, c: int, out: Path) -> dict:
-    d = out / f"suite-c{c}"
+def suite_level(a, c: int, out: Path, usage: str = "auto") -> dict:
+    name = "suite" if usage == "auto" else f"suite-usage-{usage}"
+    d = out / f"{name}-c{c}"
     d.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", a.url, "--headless",
            "--only-summary", "--steps", str(c), "--step-warmup", str(a.warmup), "--step-duration", str(a.duration),
            "--model", a.model, "--prompt-tokens", str(a.input_len), "--max-tokens", str(a.output_len),
            "--prompt-pool", str(a.pool), "--samples-dir", str(d), "--prompt-cache-dir", str(out / "prompt-cache"),
-           "--csv", str(d / "locust")]
+           "--csv", str(d / "locust"), "--continuous-usage", usage]
     if a.processes > 1:
         cmd += ["--processes", str(a.processes)]
     code, cpu_s, wall_s = run(cmd, d / "locust.log", a.warmup + a.duration + 240)
@@ -66,7 +67,7 @@ def suite_level(a, c: int, out: Path) -> dict:
     itl = samples.loc[samples["metric"] == "ITL", "value_ms"].to_numpy()
     lag = client.loc[(client["metric"] == "loop_lag_ms") & (client["phase"] == "measured"), "value"].to_numpy()
     chunks = int(requests["content_chunks"].sum())
-    return {"client": "suite", "concurrency": c, "exit": code, "requests": int(len(ok)),
+    return {"client": name, "concurrency": c, "exit": code, "requests": int(len(ok)),
             "failed": int((requests["error"].notna() & (requests["error"] != INTERRUPTED)).sum()), **pcts(ttft, itl),
             "mean_input_tokens": float(ok["prompt_tokens"].mean()),
             "output_tokens_per_s": float(ok["completion_tokens"].sum()) / a.duration,
@@ -124,7 +125,8 @@ def main() -> int:
     p.add_argument("--waves", type=int, default=8, help="vLLM's client: prompts = waves x concurrency")
     p.add_argument("--processes", type=int, default=4)
     p.add_argument("--pool", type=int, default=64)
-    p.add_argument("--clients", default="suite,vllm")
+    p.add_argument("--clients", default="suite,vllm",
+                   help="suite (per-chunk usage as --continuous-usage auto), suite-usage-off, suite-usage-on, vllm")
     p.add_argument("--vllm-python", default=sys.executable)
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args()
@@ -133,7 +135,10 @@ def main() -> int:
     for c in (int(x) for x in a.levels.split(",")):
         for client in a.clients.split(","):
             try:
-                rows.append(suite_level(a, c, a.out) if client == "suite" else vllm_level(a, c, a.out))
+                if client == "vllm":
+                    rows.append(vllm_level(a, c, a.out))
+                else:
+                    rows.append(suite_level(a, c, a.out, client.removeprefix("suite").removeprefix("-usage-") or "auto"))
             except Exception as err:  # keep what was measured; say what broke
                 rows.append({"client": client, "concurrency": c, "error": f"{type(err).__name__}: {err}"})
             print(json.dumps(rows[-1]), flush=True)
