@@ -140,7 +140,7 @@ def test_prompts_never_repeat_into_the_prefix_cache_and_chunks_carry_token_count
     before = hits()
     out = tmp_path / "unique"
     load = ["--prompt-tokens", "128", "--max-tokens", "8", "--prompt-pool", "4"]
-    proc = run_locust(vllm_server.url, out, "-u", "2", "-r", "2", "-t", "10s", *load)
+    proc = run_locust(vllm_server.url, out, "-u", "2", "-r", "2", "-t", "10s", "--continuous-usage", "auto", *load)
     assert proc.returncode == 0, proc.stderr[-3000:]
     after = hits()
     requests = read_all(str(out / "requests-*.csv"))

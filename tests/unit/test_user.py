@@ -153,7 +153,7 @@ def test_a_run_stopped_mid_stream_keeps_the_request_row_marked_interrupted(fake_
 
 def test_per_chunk_usage_records_the_tokens_each_chunk_carried(fake_server, tmp_path):
     fake_server.configure(ttft_ms=10, itl_ms=2, tokens_per_chunk=3)
-    env, fired = make_env(fake_server.url, tmp_path, max_tokens=10)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=10, continuous_usage="auto")  # the mock says it is vLLM
     run_requests(env, n=1)
     samples = read_csv(tmp_path / "samples-r1-w1.csv")
     chunks = [int(s["tokens"]) for s in samples if s["metric"] in ("TTFT", "ITL")]
@@ -163,9 +163,10 @@ def test_per_chunk_usage_records_the_tokens_each_chunk_carried(fake_server, tmp_
     assert (request["content_chunks"], request["completion_tokens"]) == ("4", "10")
 
 
-def test_no_per_chunk_usage_when_turned_off(fake_server, tmp_path):
+def test_no_per_chunk_usage_by_default(fake_server, tmp_path):
+    """Off unless asked: per-chunk usage makes vLLM's API server do more per chunk (docs/results)."""
     fake_server.configure(ttft_ms=10, itl_ms=2)
-    env, _ = make_env(fake_server.url, tmp_path, max_tokens=4, continuous_usage="off")
+    env, _ = make_env(fake_server.url, tmp_path, max_tokens=4)
     run_requests(env, n=1)
     samples = read_csv(tmp_path / "samples-r1-w1.csv")
     assert {s["tokens"] for s in samples if s["metric"] == "ITL"} == {""}, "unknown, not guessed"
