@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import socket
+import ssl
 import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -36,6 +38,20 @@ from .schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, Phase
 logger = logging.getLogger(__name__)
 STATE_MESSAGE = "vllm_locust_state"
 QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai")
+
+
+def warm_platform_cache() -> None:
+    """Fill the standard library's platform caches before any user runs.
+
+    The ``openai`` SDK puts the OS in a header; the first lookup forks ``uname -p``, which under
+    gevent yields, so hundreds of users starting together each forked (512 users: 3.4 s of blocked
+    event loop before the first request). Done once here, it never forks again.
+    """
+    platform.platform()
+    try:
+        platform.freedesktop_os_release()
+    except OSError:
+        pass
 
 
 def worker_id() -> str:
@@ -82,8 +98,7 @@ class VllmPlugin:
         self.audit: ClientAudit | None = None
         self.measured_lag_ms: list[float] = []
         self.workload_error: str | None = None
-        self._client = None
-        self._client_key: tuple | None = None
+        self._tls: ssl.SSLContext | None = None
         self._context: LoadContext | None = None
         self._context_lock = gevent.lock.Semaphore()
         setattr(environment, self.ATTRIBUTE, self)
@@ -103,6 +118,7 @@ class VllmPlugin:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
         buckets.install()  # sub-millisecond live stats, on the master and every worker alike
+        warm_platform_cache()
         options = environment.parsed_options
         # The steps shape applies when --steps is set anywhere Locust reads options (command
         # line, LOCUST_STEPS, locust.conf); otherwise Locust's own -u/-r ramping does.
@@ -216,15 +232,18 @@ class VllmPlugin:
             logger.warning("client fell behind: event-loop lag p99 %.2f ms > %g ms (--max-loop-lag-ms) in %s; its "
                            "TTFT/ITL are late by about that much: add --processes or workers", p99, limit, self.worker_id)
 
-    # -- the shared client --------------------------------------------------------------------
-    def client_for(self, ctx: LoadContext):
-        """One ``openai`` client per process (one connection pool), rebuilt when its settings change."""
+    # -- clients ------------------------------------------------------------------------------
+    def client_settings(self, ctx: LoadContext) -> tuple:
         o = self.environment.parsed_options
-        key = (ctx.host, o.api_key, float(o.connect_timeout), float(o.read_timeout))
-        if self._client is None or key != self._client_key:
-            self._client = make_client(ctx.host, o.api_key, key[2], key[3])
-            self._client_key = key
-        return self._client
+        return (ctx.host, o.api_key, float(o.connect_timeout), float(o.read_timeout))
+
+    def new_client(self, ctx: LoadContext):
+        """A user's own ``openai`` client (its own keep-alive connection), cheap: the TLS context
+        (the certificate store, 20 ms to load) is built once per process and shared."""
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        host, api_key, connect_s, read_s = self.client_settings(ctx)
+        return make_client(host, api_key, connect_s, read_s, tls=self._tls)
 
     def close_recorder(self) -> None:
         if self.recorder is not None:

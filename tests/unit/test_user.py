@@ -172,7 +172,7 @@ def test_no_per_chunk_usage_by_default(fake_server, tmp_path):
     assert {s["tokens"] for s in samples if s["metric"] == "ITL"} == {""}, "unknown, not guessed"
 
 
-def test_users_share_one_client_and_every_request_is_unique(fake_server, tmp_path):
+def test_each_user_keeps_its_own_connection_and_every_request_is_unique(fake_server, tmp_path):
     fake_server.configure(ttft_ms=2, itl_ms=1)
     env, _ = make_env(fake_server.url, tmp_path, max_tokens=2, prompt_pool=2, prompt_tokens=40)
     users = [ChatStreamUser(env) for _ in range(3)]
@@ -181,10 +181,12 @@ def test_users_share_one_client_and_every_request_is_unique(fake_server, tmp_pat
     for _ in range(3):
         for user in users:
             user.stream_completion()
-    plugin = VllmPlugin.of(env)
-    assert len({id(plugin.client_for(plugin.load_context())) for _ in users}) == 1, "one client per process"
     log = fake_server.log()
     assert len(log) == 9 and len({r["prompt_sha1"] for r in log}) == 9, "a pool of 2 bodies, 9 distinct prompts"
+    ports = [r["client_port"] for r in log]
+    assert len(set(ports)) == 3 and ports[:3] * 3 == ports, "one keep-alive connection per user, reused"
+    plugin = VllmPlugin.of(env)
+    assert len({id(u.client) for u in users}) == 3 and plugin._tls is not None, "own clients, one TLS context"
 
 
 def test_back_to_back_requests_reuse_the_connection(fake_server, tmp_path):
