@@ -197,3 +197,36 @@ def test_back_to_back_requests_reuse_the_connection(fake_server, tmp_path):
     run_requests(env, n=4)
     ports = [r["client_port"] for r in fake_server.log()]
     assert len(ports) == 4 and len(set(ports)) == 1, f"one keep-alive connection, got ports {ports}"
+
+
+def test_many_users_starting_together_never_fork(fake_server, tmp_path, monkeypatch):
+    """The SDK's first OS lookup forks ``uname -p``; under gevent it yields, so users starting
+    together each forked (512 users: seconds of blocked event loop). The plugin's init fills the
+    caches first, so no user forks at all."""
+    import platform
+    import subprocess
+
+    import gevent
+    from openai._base_client import platform_headers
+
+    platform._uname_cache = None  # a fresh process: nothing looked up yet
+    platform._platform_cache.clear()
+    platform._os_release_cache = None
+    platform_headers.cache_clear()
+    fake_server.configure(ttft_ms=2, itl_ms=1)
+    options = defaults(model="fake-model", prompt_tokens=20, max_tokens=2, prompt_pool=4, prompt_cache_dir="",
+                       samples_dir=str(tmp_path))
+    env = Environment(user_classes=[ChatStreamUser], host=fake_server.url, events=Events(), parsed_options=options)
+    plugin = VllmPlugin.on_init(env)
+    forks = []
+    real = subprocess.check_output
+    monkeypatch.setattr(subprocess, "check_output", lambda *a, **k: forks.append(a) or real(*a, **k))
+    plugin.state.run_id = "r1"
+    plugin.recorder = SampleRecorder(tmp_path, "w1")
+    users = [ChatStreamUser(env) for _ in range(20)]
+    for user in users:
+        user.on_start()
+    gevent.joinall([gevent.spawn(user.stream_completion) for user in users], raise_error=True)
+    plugin.recorder.close()
+    assert len(fake_server.log()) == 20
+    assert forks == [], f"{len(forks)} forks while users started"
