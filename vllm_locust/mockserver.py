@@ -37,6 +37,7 @@ CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model":
           "template_tokens": 2, "tokens_per_chunk": 1}
 LOG: list[dict] = []
 LOG_LOCK = threading.Lock()
+EPOCH = [0]
 
 
 def count_words(text) -> int:
@@ -113,6 +114,7 @@ class Handler(BaseHTTPRequestHandler):
             CONFIG.update(body)
             with LOG_LOCK:
                 LOG.clear()
+                EPOCH[0] += 1  # a stream still running from before this reset is not logged
             return self._json(200, CONFIG)
         if self.path == "/tokenize":
             return self._json(200, {"count": tokenize_count(body), "tokens": [0] * tokenize_count(body)})
@@ -156,6 +158,7 @@ class Handler(BaseHTTPRequestHandler):
 
         record = {"recv": recv, "sends": [], "role": None, "prompt_sha1": hashlib.sha1(prompt).hexdigest(),
                   "client_port": self.client_address[1]}
+        epoch = EPOCH[0]
         chunks = -(-tokens // per_chunk)
         try:
             for i in range(chunks):
@@ -187,7 +190,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         finally:
             with LOG_LOCK:
-                LOG.append(record)
+                if epoch == EPOCH[0]:
+                    LOG.append(record)
 
 
 class Server(ThreadingHTTPServer):
