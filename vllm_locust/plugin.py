@@ -7,8 +7,10 @@
 
 Importing this module registers nothing. The plugin holds the run state (run id, phase,
 concurrency, step: decided by the master or the single local process and broadcast to workers),
-the phase timeline, the raw-sample recorder, the workload context, and the load record it writes
-at test stop (``loadrun-<run_id>.json``), so that any run, headless or from the web UI, can be analysed.
+the phase timeline, the raw-sample recorder, the client's self-audit, the workload context, the
+TLS context its users' clients share, and the load record it writes at test stop
+(``loadrun-<run_id>.json``), so that any run, headless or from the web UI, can be analysed. At test
+stop a master waits for every worker's last stats, so Locust's totals match the raw files.
 """
 
 from __future__ import annotations
