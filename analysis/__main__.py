@@ -30,7 +30,7 @@ def parse_args(argv):
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-client-lag-ms", type=float, default=DEFAULT_MAX_CLIENT_LAG_MS,
-                   help="a run whose client event-loop lag p99 exceeds this is untrusted (default 1 ms)")
+                   help="a run whose client event-loop lag p99 exceeds this is untrusted (default 2 ms)")
     p.add_argument("--fail-unless-beats", action="store_true",
                    help="exit 1 unless every candidate beats the baseline at every concurrency")
     p.add_argument("--slo-p95-ttft-ms", type=float, help="exit 1 if a candidate's p95 TTFT exceeds this")

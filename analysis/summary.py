@@ -18,7 +18,9 @@ from . import server as server_stats
 from .stats import percentiles
 from .tidy import failed, interrupted, succeeded
 
-DEFAULT_MAX_CLIENT_LAG_MS = 1.0
+# 2 ms: on the H200 the suite agreed with vLLM's client on ITL at loop-lag p99 1.1-1.8 ms, and
+# read p95 ITL 33% high at 4.5 ms; an idle 2-core VM's own wake-up floor is about 1.1 ms.
+DEFAULT_MAX_CLIENT_LAG_MS = 2.0
 PERCENTILES = ((TTFT, (50, 95, 99)), (ITL, (50, 95, 99)), ("TPOT", (50, 95)), ("E2E", (50, 95)))
 SERVER_MEANS = ("mean_kv_cache_usage", "prefix_cache_hit_rate", "server_queue_ms", "server_prefill_ms",
                 "server_decode_ms", "server_ttft_mean_ms", "server_itl_mean_ms", "server_p95_ttft_ms", "server_p95_itl_ms")

@@ -102,9 +102,14 @@ start_server() {
   SERVER_LOG="$dir/server.log"
   SERVER_STARTED_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   SERVER_T0=$(date +%s.%N)
-  env "${SERVER_ENV[@]}" setsid "${SERVER_CMD[@]}" >"$SERVER_LOG" 2>&1 < /dev/null &
+  # SERVER_CPUS (a taskset list, e.g. 0 or 0-5): keep vLLM off the load generator's cores. On a
+  # small machine vLLM's CPU build starves every other process (a client's event loop woke up to
+  # 500 ms late, so its chunks arrived "together"); pinned apart, both measure what they should.
+  local pin=()
+  [[ -n "${SERVER_CPUS:-}" ]] && pin=(taskset -c "$SERVER_CPUS")
+  env "${SERVER_ENV[@]}" setsid "${pin[@]}" "${SERVER_CMD[@]}" >"$SERVER_LOG" 2>&1 < /dev/null &
   SERVER_PID=$!
-  log "started vLLM ($PROFILE) pid $SERVER_PID on $SERVER_URL; log $SERVER_LOG"
+  log "started vLLM ($PROFILE) pid $SERVER_PID on $SERVER_URL${SERVER_CPUS:+ (CPUs $SERVER_CPUS)}; log $SERVER_LOG"
 }
 
 # wait_healthy URL: poll /health; fail at once, with the log's tail, if the server died.

@@ -79,6 +79,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--label", default="")
     p.add_argument("--workers", type=workers_arg, default=0,
                    help="local Locust worker processes (0: one process; auto: from the expected chunk rate)")
+    p.add_argument("--client-cpus", default=os.environ.get("CLIENT_CPUS", ""),
+                   help="taskset CPU list for Locust (env CLIENT_CPUS); pair it with SERVER_CPUS for serve.sh")
     p.add_argument("--expected-itl-ms", type=float, default=5.0,
                    help="with --workers auto: the fastest ITL the server may deliver (sets the chunk rate to plan for)")
     p.add_argument("--continue-on-error", action="store_true",
@@ -159,7 +161,8 @@ def validate(args) -> Plan:
 def run_params(args) -> dict:
     """What decides a run's load: a finished run made with other values is not this run."""
     return {"warmup_s": args.warmup, "duration_s": args.duration, "workers": args.workers,
-            "locust_args": list(args.locust_args)}
+            "locust_args": list(args.locust_args), "client_cpus": args.client_cpus,
+            "server_cpus": os.environ.get("SERVER_CPUS", "")}
 
 
 def suite_versions() -> dict:
@@ -370,7 +373,8 @@ class Sweep:
 
     def locust(self, directory: Path, url: str, c: int, run_id: str) -> int:
         """Locust headless, one step, warm-up discarded; with --workers, a master and N local workers."""
-        common = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", url, "--headless", "--only-summary",
+        pin = ["taskset", "-c", self.args.client_cpus] if self.args.client_cpus else []
+        common = [*pin, sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", url, "--headless", "--only-summary",
                   "--steps", str(c), "--step-warmup", f"{self.args.warmup:g}", "--step-duration", f"{self.args.duration:g}",
                   "--csv", str(directory / LOCUST_CSV_PREFIX), "--samples-dir", str(directory), "--run-id", run_id,
                   *self.args.locust_args]
@@ -383,7 +387,7 @@ class Sweep:
                     with open(directory / LOCUST_WORKERS_LOG, "w") as wlog:
                         for _ in range(n_workers):
                             workers.append(subprocess.Popen(
-                                [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
+                                [*pin, sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
                                  "--master-host", "127.0.0.1"], stdout=wlog, stderr=subprocess.STDOUT, cwd=ROOT))
                     cmd = [*common, "--master", "--master-bind-host", "127.0.0.1", "--expect-workers", str(n_workers)]
                 else:

@@ -50,7 +50,7 @@ OPTIONS = [
     ("--continuous-usage", dict(default="off", choices=["off", "on", "auto"], env_var="LOCUST_CONTINUOUS_USAGE",
                                 help="Ask for per-chunk token counts (stream_options.continuous_usage_stats; auto: on for "
                                      "vLLM). Off by default: on an H200 it slowed vLLM's API server (p95 ITL x4 at 128 streams)")),
-    ("--max-loop-lag-ms", dict(type=float, default=1.0, env_var="LOCUST_MAX_LOOP_LAG_MS",
+    ("--max-loop-lag-ms", dict(type=float, default=2.0, env_var="LOCUST_MAX_LOOP_LAG_MS",
                                help="Warn at the end when this process's event-loop lag p99 exceeded this (its numbers are late)")),
     ("--tokenizer", dict(default="", env_var="LOCUST_TOKENIZER",
                          help="Local tokenizer.json (or its dir) for servers without /tokenize")),

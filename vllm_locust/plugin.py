@@ -267,7 +267,7 @@ class VllmPlugin:
         if not lags:
             return
         p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))]
-        limit = float(getattr(self.environment.parsed_options, "max_loop_lag_ms", 1.0) or 1.0)
+        limit = float(getattr(self.environment.parsed_options, "max_loop_lag_ms", 2.0) or 2.0)
         if p99 > limit:
             logger.warning("client fell behind: event-loop lag p99 %.2f ms > %g ms (--max-loop-lag-ms) in %s; its "
                            "TTFT/ITL are late by about that much: add --processes or workers", p99, limit, self.worker_id)
@@ -335,7 +335,8 @@ class VllmPlugin:
             run_id=self.state.run_id, host=self.environment.host or "", model=options.model or "",
             endpoint=options.endpoint, workload=workload, options=public, started_s=self.started_s or 0.0,
             stopped_s=time.time(), timeline=[asdict(c) for c in self.timeline],
-            runner=type(runner).__name__ if runner is not None else "", versions=versions())
+            runner=type(runner).__name__ if runner is not None else "", versions=versions(),
+            cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
 
     def write_load_record(self) -> None:
         directory = self.environment.parsed_options.samples_dir

@@ -170,6 +170,7 @@ class LoadRecord:
     timeline: list[dict]
     runner: str
     versions: dict
+    cpus: list[int] = field(default_factory=list)  # the CPUs this process may run on (taskset)
 
 
 @dataclass

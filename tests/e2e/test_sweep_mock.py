@@ -63,6 +63,20 @@ def test_interrupted_run_is_set_aside_not_overwritten(fake_server, tmp_path):
     assert (partial / "run.json").exists()
 
 
+def test_client_cpus_pin_locust_apart_from_the_server(fake_server, tmp_path):
+    """On a small machine vLLM's CPU build starved a client sharing its cores (chunks stamped up to
+    500 ms late); --client-cpus (compare.sh sets it with SERVER_CPUS) runs Locust under taskset."""
+    fake_server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+    proc = sweep("--external-url", fake_server.url, "--label", "pinned", "--concurrency", "1", "--warmup", "0",
+                 "--duration", "2", "--client-cpus", "0", "--out", str(tmp_path), "--", "--max-tokens", "4",
+                 "--prompt-tokens", "16", "--prompt-pool", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = tmp_path / "pinned" / "c1" / "r1"
+    loadrun = json.loads(next(run.glob("loadrun-*.json")).read_text())
+    assert loadrun["cpus"] == [0], "Locust ran on the CPUs it was given"
+    assert json.loads((run / "run.json").read_text())["params"]["client_cpus"] == "0"
+
+
 def test_sweep_refuses_bad_arguments(tmp_path):
     assert "needs --label" in sweep("--external-url", "http://127.0.0.1:9", "--out", str(tmp_path)).stderr
     proc = sweep("--external-url", "http://127.0.0.1:9", "--label", "down", "--out", str(tmp_path))
