@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from vllm_locust.schema import PER_RUN
+
 from .load import Run
 from .server import increase
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, client_audit
@@ -59,8 +61,8 @@ def checklist(runs: list[Run], requests: pd.DataFrame,
     repeats = sorted({int(r.record.get("repeat", 1)) for r in runs})
     items.append(("Three or more repeats per point", max(repeats) >= 3, f"{max(repeats)} repeat(s) per point"))
     audits = {r.run_key: client_audit(measured(r.client), max_client_lag_ms) for r in runs if not r.client.empty}
-    late = [f"{k} (loop lag p99 {a['client_loop_lag_p99_ms']:.2f} ms)" for k, a in audits.items()
-            if a["client_trusted"] is False]
+    late = [f"{k} (loop lag p99 {a[PER_RUN.client_loop_lag_p99_ms]:.2f} ms)" for k, a in audits.items()
+            if a[PER_RUN.client_trusted] is False]
     late += [f"{r.run_key} (Locust CPU warning)" for r in runs if _locust_cpu_warned(r)]
     unaudited = [r.run_key for r in runs if r.client.empty]
     items.append(("Load generator kept up (event-loop lag p99 within "

@@ -22,8 +22,9 @@ from .tidy import failed, interrupted, succeeded
 # read p95 ITL 33% high at 4.5 ms; an idle 2-core VM's own wake-up floor is about 1.1 ms.
 DEFAULT_MAX_CLIENT_LAG_MS = 2.0
 PERCENTILES = ((TTFT, (50, 95, 99)), (ITL, (50, 95, 99)), ("TPOT", (50, 95)), ("E2E", (50, 95)))
-SERVER_MEANS = ("mean_kv_cache_usage", "prefix_cache_hit_rate", "server_queue_ms", "server_prefill_ms",
-                "server_decode_ms", "server_ttft_mean_ms", "server_itl_mean_ms", "server_p95_ttft_ms", "server_p95_itl_ms")
+SERVER_MEANS = (PER_RUN.mean_kv_cache_usage, PER_RUN.prefix_cache_hit_rate, PER_RUN.server_queue_ms,
+                PER_RUN.server_prefill_ms, PER_RUN.server_decode_ms, PER_RUN.server_ttft_mean_ms,
+                PER_RUN.server_itl_mean_ms, PER_RUN.server_p95_ttft_ms, PER_RUN.server_p95_itl_ms)
 
 
 def run_throughput(requests: pd.DataFrame, duration_s: float) -> tuple[float, float]:
@@ -100,8 +101,8 @@ def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame)
             if metric in (TTFT, ITL):
                 row[mean_col(metric)] = float(values.mean()) if len(values) else float("nan")
         per_token = itl_per_token(s[s[SAMPLE.metric] == ITL])
-        for q, v in percentiles(per_token, (50, 95)).items():
-            row[f"p{q}_itl_per_token_ms"] = v
+        per_token_q = percentiles(per_token, (50, 95))
+        row[SUMMARY.p50_itl_per_token_ms], row[SUMMARY.p95_itl_per_token_ms] = per_token_q[50], per_token_q[95]
         ok = succeeded(r)
         tokens = ok[REQUEST.completion_tokens].sum() if len(ok) else 0
         row[SUMMARY.chunks_per_token] = float(ok[REQUEST.content_chunks].sum() / tokens) if tokens else float("nan")

@@ -67,7 +67,7 @@ def raw_socket_floor(server, ttft_ms: float, itl_ms: float, tokens: int, n: int 
 CPU_TRACE: list[tuple[float, float]] = []  # (perf_counter s, CPU s of the client and its children)
 
 
-def child_cpu_s(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+def run_traced(cmd: list[str]) -> subprocess.CompletedProcess:
     """Run a client, sampling its CPU time (with its worker processes) every 0.2 s into CPU_TRACE, so
     the CPU it spent while chunks flowed can be told from its start-up (imports, tokenizer, prompts)."""
     import time
@@ -89,7 +89,7 @@ def child_cpu_s(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
             CPU_TRACE.append((time.perf_counter(), sum(seen.values())))
             time.sleep(0.2)
         err.seek(0)
-        return 0.0, subprocess.CompletedProcess(cmd, proc.returncode, "", err.read())
+        return subprocess.CompletedProcess(cmd, proc.returncode, "", err.read())
 
 
 def cpu_between(start_s: float, end_s: float) -> float:
@@ -106,7 +106,7 @@ def suite_client(server, users: int, processes: int, duration_s: int, tokens: in
            "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "30"]
     if processes > 1:
         cmd += ["--processes", str(processes)]
-    cpu_s, proc = child_cpu_s(cmd)
+    proc = run_traced(cmd)
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-2000:])
     samples = pd.concat([pd.read_csv(f) for f in glob.glob(f"{out}/samples-*.csv")])
@@ -118,7 +118,7 @@ def suite_client(server, users: int, processes: int, duration_s: int, tokens: in
     samples = samples[~samples["request_id"].isin(first)]
     ttft = samples.loc[samples["metric"] == "TTFT", "value_ms"].to_numpy()
     itl = samples.loc[samples["metric"] == "ITL", "value_ms"].to_numpy()
-    return cpu_s, len(done), int(requests["content_chunks"].sum()), ttft, itl
+    return len(done), int(requests["content_chunks"].sum()), ttft, itl
 
 
 def vllm_client(server, users: int, duration_s: int, tokens: int, ttft_ms: float, itl_ms: float, out: str):
@@ -130,7 +130,7 @@ def vllm_client(server, users: int, duration_s: int, tokens: int, ttft_ms: float
            "--random-output-len", str(tokens), "--num-prompts", str(prompts), "--max-concurrency", str(users),
            "--ignore-eos", "--save-result", "--save-detailed", "--result-dir", out, "--result-filename", "r.json",
            "--disable-tqdm"]
-    cpu_s, proc = child_cpu_s(cmd)
+    proc = run_traced(cmd)
     path = Path(out) / "r.json"
     if not path.exists():
         raise SystemExit(proc.stderr[-2000:])
@@ -144,7 +144,7 @@ def vllm_client(server, users: int, duration_s: int, tokens: int, ttft_ms: float
     # from that chunk to the first content (about 0): left out, so both clients time the same gaps.
     itl = np.concatenate([np.array(result["itls"][i][1:]) * 1000 for i in keep])
     chunks = sum(len(result["itls"][i]) for i in range(len(result["ttfts"])))
-    return cpu_s, int(result["completed"]), chunks, ttft, itl
+    return int(result["completed"]), chunks, ttft, itl
 
 
 def run_level(server, client: str, users: int, processes: int, duration_s: int, tokens: int, ttft_ms: float,
@@ -152,9 +152,9 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
     server.configure(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens=tokens)
     with tempfile.TemporaryDirectory() as out:
         if client == "vllm":
-            cpu_s, done, chunks, client_ttft, client_itl = vllm_client(server, users, duration_s, tokens, ttft_ms, itl_ms, out)
+            done, chunks, client_ttft, client_itl = vllm_client(server, users, duration_s, tokens, ttft_ms, itl_ms, out)
         else:
-            cpu_s, done, chunks, client_ttft, client_itl = suite_client(server, users, processes, duration_s, tokens, out)
+            done, chunks, client_ttft, client_itl = suite_client(server, users, processes, duration_s, tokens, out)
     log = server.log()
     true_ttft, true_itl = truth(log)
     start, end = min(r["recv"] for r in log), max(r["sends"][-1] for r in log if r["sends"])

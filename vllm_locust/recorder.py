@@ -31,15 +31,17 @@ class _CsvFile:
             self.writer.writerow(names_of(row_type))
 
     def write(self, row) -> None:
-        if type(row) is not self.row_type:
-            raise TypeError(f"expected a {self.row_type.__name__}, got {type(row).__name__}")
-        self.writer.writerow(self.values(row))
+        self.write_many([row])
 
     def write_many(self, rows) -> None:
-        for row in rows:
-            if type(row) is not self.row_type:
-                raise TypeError(f"expected a {self.row_type.__name__}, got {type(row).__name__}")
+        check_rows(rows, self.row_type)
         self.writer.writerows(map(self.values, rows))
+
+
+def check_rows(rows, row_type) -> None:
+    for row in rows:
+        if type(row) is not row_type:
+            raise TypeError(f"expected a {row_type.__name__}, got {type(row).__name__}")
 
 
 class SampleRecorder:
@@ -67,6 +69,7 @@ class SampleRecorder:
 
     def samples(self, rows: list[SampleRow]) -> None:
         """A request's samples at once (one write per request instead of one per chunk)."""
+        check_rows(rows, SampleRow)
         if rows:
             self._open(rows[0].run_id)
             if self._samples is not None:
@@ -78,11 +81,7 @@ class SampleRecorder:
             self._client.write(row)
 
     def sample(self, row: SampleRow) -> None:
-        if type(row) is not SampleRow:
-            raise TypeError(f"expected a SampleRow, got {type(row).__name__}")
-        self._open(row.run_id)
-        if self._samples is not None:
-            self._samples.write(row)
+        self.samples([row])
 
     def request(self, row: RequestRow) -> None:
         self._open(row.run_id)

@@ -53,7 +53,7 @@ class ChatStreamUser(User):
         self.wire = WireClock()
         self.plugin = VllmPlugin.of(self.environment)
         self.spawned_perf_s = time.perf_counter()
-        self.requests_sent = 0
+        self.first_sent = False  # spawn-to-first-send is recorded once per user
 
     def _client_for(self, ctx: LoadContext):
         """This user's client, rebuilt when the host, key or timeouts change (web UI runs)."""
@@ -123,9 +123,9 @@ class ChatStreamUser(User):
             report = RequestReport(self.environment, self.plugin.recorder, self._request_info(ctx, labels))
             timer = StreamTimer(report.info.sent_perf_s)
         info = report.info
-        self.requests_sent += 1
-        if self.requests_sent == 1 and self.plugin.audit is not None:
+        if not self.first_sent and self.plugin.audit is not None:
             self.plugin.audit.spawn_to_send(ms_between(self.spawned_perf_s, info.sent_perf_s))
+        self.first_sent = True
         tokens = result.completion_tokens if result.completion_tokens is not None else result.content_chunks
         measured = timer.finish(tokens)
         interrupted = error is not None and str(error) == INTERRUPTED

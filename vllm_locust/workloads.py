@@ -86,9 +86,6 @@ class Prompt:
         out[-1]["content"] = lead + out[-1]["content"]
         return out
 
-    def chat_messages(self) -> list[dict]:
-        return self.render("")
-
 
 @dataclass(frozen=True)
 class Workload:
