@@ -275,15 +275,16 @@ class VllmPlugin:
     # -- clients ------------------------------------------------------------------------------
     def client_settings(self, ctx: LoadContext) -> tuple:
         o = self.environment.parsed_options
-        return (ctx.host, o.api_key, float(o.connect_timeout), float(o.read_timeout))
+        return (ctx.host, o.api_key, float(o.connect_timeout), float(o.read_timeout),
+                getattr(o, "http_transport", "lean") or "lean")
 
     def new_client(self, ctx: LoadContext):
         """A user's own ``openai`` client (its own keep-alive connection), cheap: the TLS context
         (the certificate store, 20 ms to load) is built once per process and shared."""
         if self._tls is None:
             self._tls = ssl.create_default_context()
-        host, api_key, connect_s, read_s = self.client_settings(ctx)
-        return make_client(host, api_key, connect_s, read_s, tls=self._tls)
+        host, api_key, connect_s, read_s, transport = self.client_settings(ctx)
+        return make_client(host, api_key, connect_s, read_s, tls=self._tls, transport=transport)
 
     def close_recorder(self) -> None:
         if self.recorder is not None:

@@ -75,6 +75,14 @@ class SampleRecorder:
             if self._samples is not None:
                 self._samples.write_many(rows)
 
+    def sample_values(self, run_id: str, values: list[tuple]) -> None:
+        """Sample rows as tuples of ``SampleRow``'s fields in order (``reporting`` builds them so:
+        no object per chunk)."""
+        if values:
+            self._open(run_id)
+            if self._samples is not None:
+                self._samples.writer.writerows(values)
+
     def client(self, row: ClientRow) -> None:
         self._open(row.run_id)
         if self._client is not None:

@@ -4,15 +4,15 @@ One ``events.request.fire`` per sample (``name`` is the metric, so TTFT/ITL/TPOT
 Locust's stats and ``--csv`` files; ``response_length`` is the tokens the sample covers). The
 keyword arguments that do not change within a request are built once. Warm-up samples are
 recorded, labelled ``warmup``, but never reach Locust's stats: that is what discarding them means.
-Raw rows are batched per request and written with its request row, so the recorder costs one
-write per request, not one per chunk.
+Raw rows are kept as plain tuples and written with the request row, so a chunk costs a tuple
+and the recorder one write per request.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .schema import E2E, MEASURED, RequestRow, SampleRow
+from .schema import E2E, MEASURED, RequestRow, SampleRow, names_of
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,11 @@ class RequestInfo:
     sent_at_s: float  # unix seconds
     sent_perf_s: float  # perf_counter seconds, same instant
 
-    def wall(self, perf_s: float) -> float:
-        return self.sent_at_s + (perf_s - self.sent_perf_s)
+
+# The order ``close`` builds sample rows in; checked against the schema once, at import.
+SAMPLE_ORDER = ("run_id", "worker_id", "request_id", "metric", "value_ms", "t_s", "phase", "concurrency", "step", "tokens")
+if names_of(SampleRow) != SAMPLE_ORDER:  # pragma: no cover - fails loudly if the schema changes
+    raise ImportError(f"reporting.SAMPLE_ORDER is out of date with schema.SampleRow: {names_of(SampleRow)}")
 
 
 class RequestReport:
@@ -41,19 +44,15 @@ class RequestReport:
     def __init__(self, environment, recorder, info: RequestInfo):
         self.info = info
         self.recorder = recorder
-        self.rows: list[SampleRow] = []
+        self.rows: list[tuple] = []  # (metric, value_ms, end_perf_s, tokens)
         self._fire = environment.events.request.fire
         self._measured = info.phase == MEASURED
         self._event = dict(request_type=info.request_type, exception=None,
                            context={"request_id": info.request_id, "worker_id": info.worker_id, "run_id": info.run_id})
 
     def sample(self, metric: str, value_ms: float, end_perf_s: float, tokens: int | None = None) -> None:
-        info = self.info
         if self.recorder is not None:
-            self.rows.append(SampleRow(
-                run_id=info.run_id, worker_id=info.worker_id, request_id=info.request_id, metric=metric,
-                value_ms=round(value_ms, 4), t_s=round(info.wall(end_perf_s), 6), phase=info.phase,
-                concurrency=info.concurrency, step=info.step, tokens=tokens))
+            self.rows.append((metric, value_ms, end_perf_s, tokens))
         if self._measured:
             self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens, **self._event)
 
@@ -66,6 +65,13 @@ class RequestReport:
     def close(self, row: RequestRow) -> None:
         """Write the request's sample rows and its request row."""
         if self.recorder is not None:
-            self.recorder.samples(self.rows)
+            self.recorder.sample_values(row.run_id, self.sample_values())
             self.recorder.request(row)
             self.rows = []
+
+    def sample_values(self) -> list[tuple]:
+        """The kept samples as ``SampleRow`` field tuples (``SAMPLE_ORDER``), rounded as written."""
+        i = self.info
+        offset = i.sent_at_s - i.sent_perf_s  # perf_counter -> unix seconds
+        return [(i.run_id, i.worker_id, i.request_id, metric, round(value, 4), round(end + offset, 6),
+                 i.phase, i.concurrency, i.step, tokens) for metric, value, end, tokens in self.rows]

@@ -4,6 +4,7 @@
 # (benchmarks/agreement.py). The server is started in its own session and left running, so a
 # first call can start it (--start-only) and the next one measure while it is still up.
 # Usage: bash benchmarks/gpu/agreement.sh OUT [--start-only | agreement.py options...]
+# VLLM_SERVE_ARGS adds server flags, e.g. VLLM_SERVE_ARGS=--no-enable-prefix-caching.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?out dir}; shift
@@ -14,7 +15,7 @@ healthy() { python3 -c 'import urllib.request,sys; urllib.request.urlopen("http:
 starting() { [[ -f /tmp/vllm-server.pid ]] && kill -0 "$(cat /tmp/vllm-server.pid)" 2>/dev/null; }
 if ! healthy && ! starting; then  # one server: a start still under way (an earlier call's) is waited for
   setsid python3 -c 'from vllm.entrypoints.cli.main import main; main()' serve "$PWD/models/qwen7b" \
-    --served-model-name qwen7b-dummy --load-format dummy --host 127.0.0.1 --port 8000 \
+    --served-model-name qwen7b-dummy --load-format dummy --host 127.0.0.1 --port 8000 ${VLLM_SERVE_ARGS:-} \
     > /tmp/vllm-server.log 2>&1 < /dev/null &
   echo $! > /tmp/vllm-server.pid
   echo "started vLLM (pid $!), log /tmp/vllm-server.log"

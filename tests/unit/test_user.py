@@ -50,9 +50,10 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
-def test_usage_chunks_and_raw_files(fake_server, tmp_path):
+@pytest.mark.parametrize("transport", ["lean", "httpx"])
+def test_usage_chunks_and_raw_files(fake_server, tmp_path, transport):
     fake_server.configure(ttft_ms=20, itl_ms=2)
-    env, fired = make_env(fake_server.url, tmp_path, max_tokens=5)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=5, http_transport=transport)
     run_requests(env, n=3)
     requests = read_csv(tmp_path / "requests-r1-w1.csv")
     samples = read_csv(tmp_path / "samples-r1-w1.csv")
@@ -84,9 +85,10 @@ def test_warmup_samples_recorded_but_not_fired(fake_server, tmp_path):
     ("error", "server error in stream: EngineCore encountered an issue.", 1),
     ("die", "connection lost mid-stream: RemoteProtocolError: peer closed connection", 1),
 ])
-def test_failures_are_specific_and_keep_earlier_samples(fake_server, tmp_path, mode, message, kept_itl):
+@pytest.mark.parametrize("transport", ["lean", "httpx"])
+def test_failures_are_specific_and_keep_earlier_samples(fake_server, tmp_path, mode, message, kept_itl, transport):
     fake_server.configure(ttft_ms=5, itl_ms=2, mode=mode)
-    env, fired = make_env(fake_server.url, tmp_path, max_tokens=6)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=6, http_transport=transport)
     run_requests(env)
     failures = [e for e in fired if e["exception"] is not None]
     assert len(failures) == 1 and failures[0]["name"] == "E2E", "one E2E failure per failed request"

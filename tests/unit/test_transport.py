@@ -1,0 +1,168 @@
+"""LeanTransport against scripted raw-socket servers: keep-alive, stale connections, broken bodies."""
+
+import socket
+import threading
+
+import httpx2
+import pytest
+
+from vllm_locust.client import make_client
+from vllm_locust.transport import SEND_EVENT, LeanTransport
+
+CHUNKED_OK = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"8\r\ndata:1\r\n\r\n" b"8\r\ndata:2\r\n\r\n" b"0\r\n\r\n")
+
+
+class ScriptedServer:
+    """Accepts connections on 127.0.0.1; ``handler(conn, index)`` plays one connection's script."""
+
+    def __init__(self, handler):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.handler = handler
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self.handler, args=(self, conn, self.connections), daemon=True).start()
+
+    def read_request(self, conn) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            more = conn.recv(65536)
+            if not more:
+                return b""
+            data += more
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(next((line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), b"0"))
+        while len(body) < length:
+            body += conn.recv(65536)
+        self.requests.append(head + b"\r\n\r\n" + body)
+        return data
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}/v1/stream"
+
+    def close(self):
+        self.listener.close()
+
+
+def post(client: httpx2.Client, url: str, **kw):
+    with client.stream("POST", url, json={"x": 1}, **kw) as response:
+        return response.status_code, list(response.iter_raw())
+
+
+def keep_alive(server, conn, index):
+    while server.read_request(conn):
+        conn.sendall(CHUNKED_OK)
+
+
+def test_streams_a_chunked_body_and_reuses_the_connection():
+    server = ScriptedServer(keep_alive)
+    client = httpx2.Client(transport=LeanTransport())
+    results = [post(client, server.url) for _ in range(3)]
+    assert [b"".join(body) for _, body in results] == [b"data:1\r\ndata:2\r\n"] * 3
+    assert results[0][0] == 200
+    assert server.connections == 1, "one keep-alive connection for back-to-back requests"
+    assert b'{"x":1}' in server.requests[0] and server.requests[0].startswith(b"POST /v1/stream HTTP/1.1\r\n")
+    server.close()
+
+
+def test_a_connection_the_server_closed_between_requests_is_replaced_once():
+    def close_after_one(server, conn, index):
+        server.read_request(conn)
+        conn.sendall(CHUNKED_OK)
+        if index == 1:
+            server.read_request(conn)  # the second request arrives on the old connection...
+            conn.close()  # ...and the server closes it without answering (keep-alive expiry race)
+            return
+        keep_alive(server, conn, index)
+
+    server = ScriptedServer(close_after_one)
+    client = httpx2.Client(transport=LeanTransport())
+    assert post(client, server.url)[0] == 200
+    assert post(client, server.url)[0] == 200, "the request is sent again on a new connection"
+    assert server.connections == 2
+    server.close()
+
+
+def test_a_body_abandoned_midway_closes_its_connection():
+    def slow_body(server, conn, index):
+        while server.read_request(conn):
+            conn.sendall(CHUNKED_OK[:-5])  # the body's last chunk never comes on the first connection
+            if index > 1:
+                conn.sendall(CHUNKED_OK[-5:])
+
+    server = ScriptedServer(slow_body)
+    client = httpx2.Client(transport=LeanTransport())
+    with client.stream("POST", server.url, json={}) as response:
+        next(response.iter_raw())  # read one chunk, then leave
+    assert post(client, server.url)[0] == 200
+    assert server.connections == 2, "bytes left on the wire: that connection is not reused"
+    server.close()
+
+
+@pytest.mark.parametrize("script,error,text", [
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8\r\ndata:1\r\n\r\n", httpx2.RemoteProtocolError, "peer closed"),
+    (b"NOT HTTP AT ALL\r\n\r\n", httpx2.RemoteProtocolError, "malformed HTTP response"),
+    (b"HTTP/1.1 200 OK\r\nContent-Len", httpx2.RemoteProtocolError, "before the response headers ended"),
+])
+def test_broken_responses_are_httpx_errors(script, error, text):
+    def once(server, conn, index):
+        server.read_request(conn)
+        conn.sendall(script)
+        conn.close()
+
+    server = ScriptedServer(once)
+    client = httpx2.Client(transport=LeanTransport())
+    with pytest.raises(error, match=text):
+        post(client, server.url)
+    server.close()
+
+
+def test_silence_after_the_headers_is_a_read_timeout():
+    def stall(server, conn, index):
+        server.read_request(conn)
+        conn.sendall(CHUNKED_OK[:90])
+        threading.Event().wait(5)
+
+    server = ScriptedServer(stall)
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(0.3))
+    with pytest.raises(httpx2.ReadTimeout):
+        post(client, server.url)
+    server.close()
+
+
+def test_refused_connection_is_a_connect_error():
+    with pytest.raises(httpx2.ConnectError):
+        post(httpx2.Client(transport=LeanTransport()), "http://127.0.0.1:9/v1")
+
+
+def test_the_send_stamp_is_taken_before_the_request_bytes_go_out():
+    seen = []
+
+    def handler(server, conn, index):
+        server.read_request(conn)
+        seen.append("server read")
+        conn.sendall(CHUNKED_OK)
+
+    server = ScriptedServer(handler)
+    client = httpx2.Client(transport=LeanTransport())
+    post(client, server.url, extensions={"trace": lambda name, info: seen.append(name)})
+    assert seen == [SEND_EVENT, "server read"]
+    server.close()
+
+
+def test_lean_transport_only_for_plain_http_hosts():
+    lean = make_client("http://127.0.0.1:8000", "", 1, 1)
+    assert isinstance(lean._client._transport, LeanTransport)
+    assert not isinstance(make_client("https://example.invalid", "", 1, 1)._client._transport, LeanTransport)
+    assert not isinstance(make_client("http://127.0.0.1:8000", "", 1, 1, transport="httpx")._client._transport, LeanTransport)

@@ -1,0 +1,204 @@
+"""An httpx transport for streamed completions over plain HTTP/1.1: a keep-alive socket per user,
+responses parsed by llhttp (C, through ``geventhttpclient``, which Locust already installs).
+
+Why: with httpx's own transport (httpcore and h11, pure Python) reading one streamed chunk cost
+about 40% of the client's CPU per chunk (a gevent timeout, h11's event machine and four stream
+wrappers per read). Here a chunk is one ``recv``, one C parse and one yield. The ``openai`` SDK
+still builds the request, authenticates and turns statuses into its errors; only the bytes on
+the wire are handled here. ``https://`` hosts keep httpx's transport (``client.make_client``).
+
+The send stamp: httpx's request hook sets the ``trace`` extension (``wire.py``); it is called
+with httpcore's event name just before the request's bytes are written, as httpcore does.
+Errors are httpx's, so the SDK and ``client.describe_error`` read them as before.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Iterator
+
+import httpx2
+from gevent import select
+from geventhttpclient.response import HTTPParseError, HTTPResponse
+
+SEND_EVENT = "http11.send_request_headers.started"  # httpcore's name, which wire.WireClock waits for
+BLOCK_SIZE = 65536
+
+
+class _ResponseParser(HTTPResponse):
+    """llhttp's parser with the body handed over as it is parsed, not accumulated."""
+
+    def __init__(self, method: str):
+        super().__init__(method=method)
+        self.body: list[bytes] = []
+
+    def _on_body(self, buf) -> None:
+        self.body.append(bytes(buf))  # llhttp reuses its buffer
+
+
+def _closed_while_idle(sock: socket.socket) -> bool:
+    """An idle keep-alive socket that is readable has been closed by the server (or holds junk)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+class LeanTransport(httpx2.BaseTransport):
+    """HTTP/1.1 over one keep-alive connection at a time (a Locust user sends one request at a time;
+    a second concurrent request opens a second connection)."""
+
+    def __init__(self, block_size: int = BLOCK_SIZE):
+        self.block_size = block_size
+        self._idle: list[tuple[tuple, socket.socket]] = []
+
+    # -- connections --------------------------------------------------------------------------------
+    def _take_idle(self, key: tuple) -> socket.socket | None:
+        while self._idle:
+            idle_key, sock = self._idle.pop()
+            if idle_key == key and not _closed_while_idle(sock):
+                return sock
+            sock.close()
+        return None
+
+    def _connect(self, key: tuple, timeout_s: float | None) -> socket.socket:
+        _, host, port = key
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+        except socket.timeout as err:
+            raise httpx2.ConnectTimeout(f"connect to {host}:{port} timed out") from err
+        except OSError as err:
+            raise httpx2.ConnectError(f"{err.strerror or err} ({host}:{port})") from err
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _release(self, key: tuple, sock: socket.socket, reusable: bool) -> None:
+        if reusable:
+            self._idle.append((key, sock))
+        else:
+            sock.close()
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop()[1].close()
+
+    # -- one exchange -------------------------------------------------------------------------------
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        url = request.url
+        if url.scheme != "http":
+            raise httpx2.UnsupportedProtocol(f"LeanTransport speaks plain http, not {url.scheme}")
+        key = (url.scheme, url.host, url.port or 80)
+        timeouts = request.extensions.get("timeout", {})
+        payload = _request_bytes(request)
+        trace = request.extensions.get("trace")
+        sock = self._take_idle(key)
+        if sock is not None:
+            try:
+                return self._exchange(key, sock, request, payload, trace, timeouts)
+            except _StaleConnection:
+                sock.close()  # the server closed it between requests: once more on a new one
+        sock = self._connect(key, timeouts.get("connect"))
+        try:
+            return self._exchange(key, sock, request, payload, trace, timeouts)
+        except _StaleConnection as err:
+            raise httpx2.RemoteProtocolError("server closed the connection without sending a response") from err
+
+    def _exchange(self, key, sock, request, payload: bytes, trace, timeouts: dict) -> httpx2.Response:
+        parser = _ResponseParser(request.method)
+        received = False
+        try:
+            sock.settimeout(timeouts.get("write"))
+            if trace is not None:
+                trace(SEND_EVENT, {"request": request})
+            sock.sendall(payload)
+            sock.settimeout(timeouts.get("read"))
+            while not parser.headers_complete or parser.get_code() < 200:
+                data = sock.recv(self.block_size)
+                if not data:
+                    if not received:
+                        raise _StaleConnection()
+                    raise httpx2.RemoteProtocolError("server closed the connection before the response headers ended")
+                received = True
+                parser.feed(data)
+        except _StaleConnection:
+            raise
+        except socket.timeout as err:
+            sock.close()
+            raise httpx2.ReadTimeout("timed out waiting for the response headers") from err
+        except (BrokenPipeError, ConnectionResetError) as err:
+            if not received:
+                raise _StaleConnection() from err
+            sock.close()
+            raise httpx2.ReadError(str(err)) from err
+        except HTTPParseError as err:
+            sock.close()
+            raise httpx2.RemoteProtocolError(f"malformed HTTP response: {err}") from err
+        except OSError as err:
+            sock.close()
+            raise httpx2.ReadError(str(err)) from err
+        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in parser.items()]
+        return httpx2.Response(
+            parser.get_code(), headers=headers, stream=_BodyStream(self, key, sock, parser),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": (parser.status_message or "").encode("latin-1")},
+        )
+
+
+class _StaleConnection(Exception):
+    """A reused connection that the server had closed: nothing of this request reached it."""
+
+
+def _request_bytes(request: httpx2.Request) -> bytes:
+    body = request.read()
+    lines = [f"{request.method} ".encode("ascii") + url_target(request.url) + b" HTTP/1.1"]
+    lines.extend(name + b": " + value for name, value in request.headers.raw)
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def url_target(url: httpx2.URL) -> bytes:
+    return url.raw_path or b"/"
+
+
+class _BodyStream(httpx2.SyncByteStream):
+    """The response body as it arrives: each read's parsed bytes (chunked framing removed)."""
+
+    def __init__(self, transport: LeanTransport, key: tuple, sock: socket.socket, parser: _ResponseParser):
+        self._transport, self._key, self._sock, self._parser = transport, key, sock, parser
+
+    def __iter__(self) -> Iterator[bytes]:
+        parser, body, sock = self._parser, self._parser.body, self._sock
+        if sock is None:
+            return
+        if body:
+            yield b"".join(body)
+            body.clear()
+        try:
+            while not parser.message_complete:
+                data = sock.recv(self._transport.block_size)
+                if not data:
+                    raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+                parser.feed(data)
+                if body:
+                    chunk = body[0] if len(body) == 1 else b"".join(body)
+                    body.clear()
+                    yield chunk
+        except socket.timeout as err:
+            self.close()
+            raise httpx2.ReadTimeout("timed out waiting for the next bytes of the body") from err
+        except HTTPParseError as err:
+            self.close()
+            raise httpx2.RemoteProtocolError(f"malformed HTTP response body: {err}") from err
+        except OSError as err:
+            self.close()
+            raise httpx2.ReadError(str(err)) from err
+        except httpx2.RemoteProtocolError:
+            self.close()
+            raise
+        self._sock = None
+        self._transport._release(self._key, sock, not parser.should_close())
+
+    def close(self) -> None:
+        """A body abandoned before its end leaves bytes on the wire: that connection is closed."""
+        if self._sock is not None:
+            sock, self._sock = self._sock, None
+            sock.close()
