@@ -121,27 +121,28 @@ class LeanTransport(httpx2.BaseTransport):
                     raise httpx2.RemoteProtocolError("server closed the connection before the response headers ended")
                 received = True
                 parser.feed(data)
-        except _StaleConnection:
-            raise
-        except socket.timeout as err:
-            sock.close()
-            raise httpx2.ReadTimeout("timed out waiting for the response headers") from err
         except (BrokenPipeError, ConnectionResetError) as err:
             if not received:
                 raise _StaleConnection() from err
             sock.close()
-            raise httpx2.ReadError(str(err)) from err
-        except HTTPParseError as err:
+            raise httpx_error(err, "the response headers") from err
+        except (OSError, HTTPParseError) as err:
             sock.close()
-            raise httpx2.RemoteProtocolError(f"malformed HTTP response: {err}") from err
-        except OSError as err:
-            sock.close()
-            raise httpx2.ReadError(str(err)) from err
+            raise httpx_error(err, "the response headers") from err
         headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in parser.items()]
         return httpx2.Response(
             parser.get_code(), headers=headers, stream=_BodyStream(self, key, sock, parser),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": (parser.status_message or "").encode("latin-1")},
         )
+
+
+def httpx_error(err: Exception, part: str) -> httpx2.TransportError:
+    """The httpx error a socket or parser failure while reading ``part`` of a response is."""
+    if isinstance(err, socket.timeout):
+        return httpx2.ReadTimeout(f"timed out waiting for {part}")
+    if isinstance(err, HTTPParseError):
+        return httpx2.RemoteProtocolError(f"malformed HTTP response ({part}): {err}")
+    return httpx2.ReadError(str(err))
 
 
 class _StaleConnection(Exception):
@@ -182,15 +183,9 @@ class _BodyStream(httpx2.SyncByteStream):
                     chunk = body[0] if len(body) == 1 else b"".join(body)
                     body.clear()
                     yield chunk
-        except socket.timeout as err:
+        except (OSError, HTTPParseError) as err:
             self.close()
-            raise httpx2.ReadTimeout("timed out waiting for the next bytes of the body") from err
-        except HTTPParseError as err:
-            self.close()
-            raise httpx2.RemoteProtocolError(f"malformed HTTP response body: {err}") from err
-        except OSError as err:
-            self.close()
-            raise httpx2.ReadError(str(err)) from err
+            raise httpx_error(err, "the body") from err
         except httpx2.RemoteProtocolError:
             self.close()
             raise
