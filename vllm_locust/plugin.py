@@ -134,6 +134,15 @@ class VllmPlugin:
         return cls(environment)
 
     @classmethod
+    def awaited(cls, environment, timeout_s: float = 30.0) -> "VllmPlugin":
+        """The plugin, waiting for it where users start first: a worker under load can be told to
+        spawn by its master before its own ``init`` event has attached the plugin."""
+        deadline = time.monotonic() + timeout_s
+        while getattr(environment, cls.ATTRIBUTE, None) is None and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        return cls.of(environment)
+
+    @classmethod
     def of(cls, environment) -> "VllmPlugin":
         plugin = getattr(environment, cls.ATTRIBUTE, None)
         if plugin is None:

@@ -51,7 +51,7 @@ class ChatStreamUser(User):
         self.client = None
         self.client_settings: tuple | None = None
         self.wire = WireClock()
-        self.plugin = VllmPlugin.of(self.environment)
+        self.plugin = VllmPlugin.awaited(self.environment)
         self.spawned_perf_s = time.perf_counter()
         self.first_sent = False  # spawn-to-first-send is recorded once per user
 

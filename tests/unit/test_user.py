@@ -232,3 +232,17 @@ def test_many_users_starting_together_never_fork(fake_server, tmp_path, monkeypa
     plugin.recorder.close()
     assert len(read_csv(tmp_path / "requests-r1-w1.csv")) == 20
     assert forks == [], f"{len(forks)} forks while users started"
+
+
+def test_users_spawned_before_the_plugin_attaches_wait_for_it(fake_server, tmp_path):
+    """Seen in CI with --processes 2 on a loaded machine: a worker's users started before its init
+    event attached the plugin, and every one of them died with 'plugin is not attached'."""
+    import gevent
+
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=2)
+    plugin = VllmPlugin.of(env)
+    delattr(env, VllmPlugin.ATTRIBUTE)
+    gevent.spawn_later(0.2, setattr, env, VllmPlugin.ATTRIBUTE, plugin)
+    user = ChatStreamUser(env)
+    user.on_start()
+    assert user.plugin is plugin
