@@ -284,8 +284,7 @@ class VllmPlugin:
     # -- clients ------------------------------------------------------------------------------
     def client_settings(self, ctx: LoadContext) -> tuple:
         o = self.environment.parsed_options
-        return (ctx.host, o.api_key, float(o.connect_timeout), float(o.read_timeout),
-                getattr(o, "http_transport", "lean") or "lean")
+        return (ctx.host, o.api_key, float(o.connect_timeout), float(o.read_timeout), o.http_transport)
 
     def new_client(self, ctx: LoadContext):
         """A user's own ``openai`` client (its own keep-alive connection), cheap: the TLS context

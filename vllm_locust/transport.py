@@ -21,7 +21,8 @@ import httpx2
 from gevent import select
 from geventhttpclient.response import HTTPParseError, HTTPResponse
 
-SEND_EVENT = "http11.send_request_headers.started"  # httpcore's name, which wire.WireClock waits for
+from .wire import WireClock
+
 BLOCK_SIZE = 65536
 
 
@@ -102,6 +103,7 @@ class LeanTransport(httpx2.BaseTransport):
         try:
             return self._exchange(key, sock, request, payload, trace, timeouts)
         except _StaleConnection as err:
+            sock.close()
             raise httpx2.RemoteProtocolError("server closed the connection without sending a response") from err
 
     def _exchange(self, key, sock, request, payload: bytes, trace, timeouts: dict) -> httpx2.Response:
@@ -110,7 +112,7 @@ class LeanTransport(httpx2.BaseTransport):
         try:
             sock.settimeout(timeouts.get("write"))
             if trace is not None:
-                trace(SEND_EVENT, {"request": request})
+                trace(WireClock.SEND_EVENT, {"request": request})
             sock.sendall(payload)
             sock.settimeout(timeouts.get("read"))
             while not parser.headers_complete or parser.get_code() < 200:
@@ -151,13 +153,9 @@ class _StaleConnection(Exception):
 
 def _request_bytes(request: httpx2.Request) -> bytes:
     body = request.read()
-    lines = [f"{request.method} ".encode("ascii") + url_target(request.url) + b" HTTP/1.1"]
+    lines = [f"{request.method} ".encode("ascii") + (request.url.raw_path or b"/") + b" HTTP/1.1"]
     lines.extend(name + b": " + value for name, value in request.headers.raw)
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
-
-
-def url_target(url: httpx2.URL) -> bytes:
-    return url.raw_path or b"/"
 
 
 class _BodyStream(httpx2.SyncByteStream):

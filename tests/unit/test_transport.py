@@ -7,7 +7,8 @@ import httpx2
 import pytest
 
 from vllm_locust.client import make_client
-from vllm_locust.transport import SEND_EVENT, LeanTransport
+from vllm_locust.transport import LeanTransport
+from vllm_locust.wire import WireClock
 
 CHUNKED_OK = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
               b"8\r\ndata:1\r\n\r\n" b"8\r\ndata:2\r\n\r\n" b"0\r\n\r\n")
@@ -157,7 +158,7 @@ def test_the_send_stamp_is_taken_before_the_request_bytes_go_out():
     server = ScriptedServer(handler)
     client = httpx2.Client(transport=LeanTransport())
     post(client, server.url, extensions={"trace": lambda name, info: seen.append(name)})
-    assert seen == [SEND_EVENT, "server read"]
+    assert seen == [WireClock.SEND_EVENT, "server read"]
     server.close()
 
 
