@@ -10,13 +10,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from vllm_locust.schema import IDS, RUN, SUMMARY, pct_col
+from vllm_locust.schema import IDS, RUN, SUMMARY, level_name, pct_col
 
 from .attribution import attribution_table
 from .checklist import checklist
 from .load import AnalysisError, load_runs
 from .report import write_reports
-from .summary import DEFAULT_MAX_CLIENT_LAG_MS, per_run, summarize
+from .goodput import parse_slo
+from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, per_run, summarize
 from .tidy import (check_same_workload, failure_table, successful_samples, tidy_client, tidy_requests, tidy_samples,
                    tidy_server)
 from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts
@@ -31,6 +32,12 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-client-lag-ms", type=float, default=DEFAULT_MAX_CLIENT_LAG_MS,
                    help="a run whose client event-loop lag p99 exceeds this is untrusted (default 2 ms)")
+    p.add_argument("--max-send-lateness-ms", type=float, default=DEFAULT_MAX_SEND_LATENESS_MS,
+                   help="open loop: a run whose send lateness p99 exceeds this did not deliver the asked load (default 10)")
+    p.add_argument("--slo", default="", help="goodput thresholds per request, ms: e.g. ttft:500,itl:50,e2e:10000 "
+                                             "(itl: the request's own p95 gap; see analysis/goodput.py)")
+    p.add_argument("--rule", choices=["latency", "goodput"], default="latency",
+                   help="verdict: latency (p95 TTFT and ITL improve, throughput holds; default) or goodput (needs --slo)")
     p.add_argument("--fail-unless-beats", action="store_true",
                    help="exit 1 unless every candidate beats the baseline at every concurrency")
     p.add_argument("--slo-p95-ttft-ms", type=float, help="exit 1 if a candidate's p95 TTFT exceeds this")
@@ -54,6 +61,12 @@ def pick_baseline(profiles: list[str], wanted: str | None) -> str:
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        try:
+            slo = parse_slo(args.slo)
+        except ValueError as err:
+            raise AnalysisError(str(err)) from None
+        if args.rule == "goodput" and slo is None:
+            raise AnalysisError("--rule goodput needs --slo, e.g. --slo ttft:500,itl:50")
         runs = load_runs(args.runs_dir)
         check_same_workload(runs)
         samples, requests, server = tidy_samples(runs), tidy_requests(runs), tidy_server(runs)
@@ -64,11 +77,12 @@ def main(argv=None) -> int:
     except AnalysisError as err:
         print(f"analysis: {err}", file=sys.stderr)
         return 2
-    rule = Rule(max_throughput_drop_pct=args.max_throughput_drop, bootstrap=args.bootstrap, seed=args.seed)
+    rule = Rule(max_throughput_drop_pct=args.max_throughput_drop, bootstrap=args.bootstrap, seed=args.seed,
+                slo=slo, on=args.rule)
     durations = {r.run_key: float(r.record.get(RUN.duration_s) or 0) for r in runs}
-    run_frame = per_run(samples, requests, server, durations, tidy_client(runs), args.max_client_lag_ms)
-    summary = summarize(samples, requests, run_frame)
-    comparison = compare(samples, run_frame, baseline, rule)
+    run_frame = per_run(samples, requests, server, durations, tidy_client(runs), args.max_client_lag_ms, slo)
+    summary = summarize(samples, requests, run_frame, slo, args.max_send_lateness_ms)
+    comparison = compare(samples, run_frame, baseline, rule, requests)
     per_level = verdicts(comparison, rule, trust_of(summary), baseline)
     result = overall(per_level)
     untrusted = untrusted_levels(per_level)
@@ -81,13 +95,24 @@ def main(argv=None) -> int:
                              overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests, args.max_client_lag_ms),
                              samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted)
     for profile, verdict in sorted(result.items()):
-        note = (f" (UNTRUSTED at concurrency {', '.join(map(str, untrusted[profile]))}: the client fell behind)"
+        note = (f" (UNTRUSTED at {', '.join(untrusted[profile])}: the client fell behind or did not send the asked load)"
                 if profile in untrusted else "")
         print(f"{profile}: {verdict} {baseline}{note}")
     late = summary[summary[SUMMARY.client_trusted] == False]  # noqa: E712
     for row in late.itertuples():
-        print(f"untrusted: {row.profile} c={row.concurrency}: client event-loop lag p99 {row.client_loop_lag_p99_ms:.2f} ms "
-              f"> {args.max_client_lag_ms:g} ms: its TTFT/ITL include the client's own lateness (add --workers)")
+        print(f"untrusted: {row.profile} {level_name(row.request_rate, row.concurrency)}: client event-loop lag p99 "
+              f"{row.client_loop_lag_p99_ms:.2f} ms > {args.max_client_lag_ms:g} ms: its TTFT/ITL include the client's "
+              f"own lateness (add --workers)")
+    short = summary[summary[SUMMARY.load_delivered] == False]  # noqa: E712
+    for row in short.itertuples():
+        print(f"load not delivered: {row.profile} {level_name(row.request_rate, row.concurrency)}: send lateness p99 "
+              f"{row.p99_send_lateness_ms:.1f} ms > {args.max_send_lateness_ms:g} ms ({row.queued_requests} requests waited "
+              f"for a free user, mean {row.mean_client_queue_ms:.1f} ms): the server saw less than the asked rate; "
+              f"latency from the intended send is p95 TTFT {row.p95_ttft_from_intended_ms:.1f} ms")
+    if slo is not None:
+        for row in summary.itertuples():
+            print(f"goodput {row.profile} {level_name(row.request_rate, row.concurrency)}: {row.slo_met_share:.1%} of requests "
+                  f"meet {slo}: {row.goodput_requests_per_s:.2f} req/s, {row.goodput_tokens_per_s:.1f} tok/s")
     if not result:
         print(f"{baseline}: one label, so a summary and no verdict")
     print(f"wrote {out / 'summary.csv'}, {md.name}, {html.name}")
@@ -96,11 +121,12 @@ def main(argv=None) -> int:
     if args.fail_unless_beats and any(v != "beats" for v in result.values()):
         failed.append("a candidate does not beat the baseline")
     candidates = summary[summary[SUMMARY.profile] != baseline] if len(result) else summary
-    for col, slo in ((pct_col("TTFT", 95), args.slo_p95_ttft_ms), (pct_col("ITL", 95), args.slo_p95_itl_ms)):
-        if slo is not None:
-            over = candidates[candidates[col] > slo]
+    for col, limit in ((pct_col("TTFT", 95), args.slo_p95_ttft_ms), (pct_col("ITL", 95), args.slo_p95_itl_ms)):
+        if limit is not None:
+            over = candidates[candidates[col] > limit]
             for row in over.itertuples():
-                failed.append(f"{row.profile} c={row.concurrency}: {col} {getattr(row, col):.1f} > SLO {slo:g}")
+                failed.append(f"{row.profile} {level_name(row.request_rate, row.concurrency)}: {col} "
+                              f"{getattr(row, col):.1f} > SLO {limit:g}")
     for line in failed:
         print(f"gate failed: {line}", file=sys.stderr)
     return 1 if failed else 0

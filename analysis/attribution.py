@@ -39,4 +39,4 @@ def attribute(row: pd.Series) -> str:
 
 
 def attribution_table(summary: pd.DataFrame) -> pd.DataFrame:
-    return summary.assign(source=summary.apply(attribute, axis=1))[[SUMMARY.profile, SUMMARY.concurrency, "source"]]
+    return summary.assign(source=summary.apply(attribute, axis=1))[[SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, "source"]]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from vllm_locust.schema import (CLIENT, CLIENT_PREFIX, FAILURE_RECORD, INCOMPLETE, LOAD_RECORD_PREFIX, MANIFEST,
-                                MEASURED, METRICS_CSV, REQUEST, REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE,
-                                SAMPLES_PREFIX)
+                                MEASURED, METRICS_CSV, OPTIONAL_REQUEST_COLUMNS, OPTIONAL_SAMPLE_COLUMNS, REQUEST,
+                                REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE, SAMPLES_PREFIX)
 
 
 class AnalysisError(Exception):
@@ -36,8 +36,14 @@ class Run:
         return self.record[RUN.profile]
 
     @property
+    def request_rate(self) -> float:
+        """Requests/s asked (open loop), 0 for a closed-loop run."""
+        return float(self.record.get(RUN.request_rate) or 0.0)
+
+    @property
     def run_key(self) -> str:
-        return f"{self.profile}/c{self.record[RUN.concurrency]}/r{self.record[RUN.repeat]}"
+        rate = f"rate{self.request_rate:g}/" if self.request_rate else ""
+        return f"{self.profile}/{rate}c{self.record[RUN.concurrency]}/r{self.record[RUN.repeat]}"
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -57,13 +63,20 @@ def _read_many(files: list[Path], columns: tuple[str, ...] = ()) -> pd.DataFrame
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _with_optional(frame: pd.DataFrame, optional: tuple[str, ...]) -> pd.DataFrame:
+    for column in optional:
+        if not frame.empty and column not in frame:
+            frame[column] = float("nan")
+    return frame
+
+
 def _read_raw(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    # ``tokens`` came later: runs recorded before it are read without it.
-    samples = _read_many(sorted(directory.glob(f"{SAMPLES_PREFIX}*.csv")), tuple(c for c in SAMPLE if c != SAMPLE.tokens))
-    if not samples.empty and SAMPLE.tokens not in samples:
-        samples[SAMPLE.tokens] = float("nan")
-    requests = _read_many(sorted(directory.glob(f"{REQUESTS_PREFIX}*.csv")), tuple(REQUEST))
-    return samples, requests
+    # Columns that came later (``schema.OPTIONAL_*``): runs recorded before them are read without.
+    samples = _read_many(sorted(directory.glob(f"{SAMPLES_PREFIX}*.csv")),
+                         tuple(c for c in SAMPLE if c not in OPTIONAL_SAMPLE_COLUMNS))
+    requests = _read_many(sorted(directory.glob(f"{REQUESTS_PREFIX}*.csv")),
+                          tuple(c for c in REQUEST if c not in OPTIONAL_REQUEST_COLUMNS))
+    return _with_optional(samples, OPTIONAL_SAMPLE_COLUMNS), _with_optional(requests, OPTIONAL_REQUEST_COLUMNS)
 
 
 def _read_client(directory: Path) -> pd.DataFrame:
@@ -128,16 +141,19 @@ def read_recording(directory: Path, label: str) -> list[Run]:
     runs, repeats = [], {}
     metrics = _metrics(directory)
     client = _read_client(directory)
-    for (run_id, concurrency, step), s in samples.groupby(
-            [SAMPLE.run_id, SAMPLE.concurrency, samples[SAMPLE.step].fillna(-1)], sort=True):
+    for (run_id, rate, concurrency, step), s in samples.groupby(
+            [SAMPLE.run_id, samples[SAMPLE.request_rate].fillna(0.0), SAMPLE.concurrency, samples[SAMPLE.step].fillna(-1)],
+            sort=True):
         step = None if step == -1 else int(step)
-        concurrency = int(concurrency)
+        concurrency, rate = int(concurrency), float(rate)
         r = requests[(requests[REQUEST.run_id] == run_id) & (requests[REQUEST.concurrency] == concurrency)
+                     & (requests[REQUEST.request_rate].fillna(0.0) == rate)
                      & (requests[REQUEST.step].fillna(-1) == (-1 if step is None else step))] if not requests.empty else requests
-        repeats[concurrency] = repeats.get(concurrency, 0) + 1
+        level = (rate, concurrency)
+        repeats[level] = repeats.get(level, 0) + 1
         load = records.get(str(run_id), {})
         duration = measured_seconds(load, step, concurrency) if load else 0.0
-        record = {RUN.profile: label, RUN.concurrency: concurrency, RUN.repeat: repeats[concurrency],
+        record = {RUN.profile: label, RUN.concurrency: concurrency, RUN.repeat: repeats[level], RUN.request_rate: rate,
                   RUN.duration_s: duration, RUN.warmup_s: float((load.get("options") or {}).get("step_warmup") or 0)
                   if step is not None else 0.0, RUN.versions: load.get("versions") or {}, "run_id": run_id, "step": step}
         c = client[(client[CLIENT.run_id] == run_id) & (client[CLIENT.concurrency] == concurrency)

@@ -14,11 +14,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from vllm_locust.schema import IDS, PER_RUN, SAMPLE, SUMMARY, TTFT  # noqa: E402
+from vllm_locust.schema import IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, TTFT, level_name, pct_col  # noqa: E402
 
 from .server import series  # noqa: E402
 
-TRUST_SHOWN = [SUMMARY.profile, SUMMARY.concurrency, SUMMARY.client_trusted, SUMMARY.client_loop_lag_p99_ms, SUMMARY.client_cpu_max_pct,
+TRUST_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.client_trusted, SUMMARY.client_loop_lag_p99_ms, SUMMARY.client_cpu_max_pct,
                SUMMARY.client_spawn_to_send_max_ms, SUMMARY.client_minus_server_ttft_ms, SUMMARY.client_minus_server_itl_ms,
                SUMMARY.chunks_per_token, SUMMARY.p50_itl_ms, SUMMARY.p50_itl_per_token_ms, SUMMARY.p95_itl_per_token_ms, SUMMARY.prefix_cache_hit_rate]
 TRUST_TEXT = ("Each Locust process timed its own event loop (a 10 ms timer's lateness) during the measured phase: "
@@ -29,9 +29,22 @@ TRUST_TEXT = ("Each Locust process timed its own event loop (a 10 ms timer's lat
               "below 1 means chunks carried several tokens (speculative decoding, detokenizer hold-back): ITL per "
               "chunk (vLLM's definition) then differs from ITL per token. A prefix-cache hit rate near 0 shows that "
               "prompts did not repeat.")
-SUMMARY_SHOWN = [SUMMARY.profile, SUMMARY.concurrency, SUMMARY.repeats, SUMMARY.requests, SUMMARY.failures, SUMMARY.p50_ttft_ms, SUMMARY.p95_ttft_ms,
+SUMMARY_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.repeats, SUMMARY.requests, SUMMARY.failures, SUMMARY.p50_ttft_ms, SUMMARY.p95_ttft_ms,
                  SUMMARY.p99_ttft_ms, SUMMARY.p50_itl_ms, SUMMARY.p95_itl_ms, SUMMARY.p99_itl_ms, SUMMARY.p95_tpot_ms, SUMMARY.output_tokens_per_s,
                  SUMMARY.requests_per_s, SUMMARY.max_num_requests_waiting, SUMMARY.mean_kv_cache_usage, SUMMARY.preemptions]
+OPEN_LOOP_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.requests_per_s,
+                   pct_col("TTFT", 50), pct_col("TTFT_FROM_INTENDED", 50), pct_col("TTFT", 95), pct_col("TTFT_FROM_INTENDED", 95),
+                   pct_col("E2E", 95), pct_col("E2E_FROM_INTENDED", 95), SUMMARY.p50_send_lateness_ms,
+                   SUMMARY.p95_send_lateness_ms, SUMMARY.max_send_lateness_ms, SUMMARY.queued_requests,
+                   SUMMARY.mean_client_queue_ms, SUMMARY.load_delivered]
+OPEN_LOOP_TEXT = ("Open loop: requests were due at the instants of a seeded arrival schedule, whether or not the "
+                  "server kept up. Latency from the intended instant counts the time a request waited to be sent "
+                  "(coordinated omission: without it a backlog hides behind the requests that left late). Send "
+                  "lateness is intended to actual send; client queue time is the part spent waiting for a free "
+                  "user (the cap on requests in flight). A run whose lateness p99 exceeds the threshold did not "
+                  "deliver the asked load and is not trusted.")
+GOODPUT_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.slo, SUMMARY.slo_met_share,
+                 SUMMARY.goodput_requests_per_s, SUMMARY.goodput_tokens_per_s, SUMMARY.requests_per_s]
 
 
 def _ecdf(ax, values, label):
@@ -43,8 +56,8 @@ def _ecdf(ax, values, label):
 def plot_distributions(samples: pd.DataFrame):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, metric in zip(axes, ("TTFT", "ITL")):
-        for (profile, c), g in samples[samples[SAMPLE.metric] == metric].groupby([IDS.profile, IDS.concurrency]):
-            _ecdf(ax, g[SAMPLE.value_ms].to_numpy(), f"{profile} c={c}")
+        for (profile, rate, c), g in samples[samples[SAMPLE.metric] == metric].groupby([IDS.profile, *LEVEL]):
+            _ecdf(ax, g[SAMPLE.value_ms].to_numpy(), f"{profile} {level_name(rate, c)}")
         ax.set(xlabel=f"{metric} (ms)", ylabel="fraction of samples", title=f"{metric} distribution")
         ax.axhline(0.95, color="grey", lw=0.5, ls="--")
         ax.legend(fontsize=7)
@@ -55,17 +68,19 @@ def plot_distributions(samples: pd.DataFrame):
 def plot_p95(summary: pd.DataFrame):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, col in zip(axes, (SUMMARY.p95_ttft_ms, SUMMARY.p95_itl_ms)):
-        for profile, g in summary.groupby(SUMMARY.profile):
-            ax.plot(g[SUMMARY.concurrency], g[col], marker="o", label=profile)
-        ax.set(xlabel="concurrency (streams)", ylabel=col, title=f"{col} against concurrency")
+        for (profile, open_loop), g in summary.groupby([SUMMARY.profile, summary[SUMMARY.request_rate] > 0]):
+            x = g[SUMMARY.request_rate] if open_loop else g[SUMMARY.concurrency]
+            ax.plot(x, g[col], marker="o", label=f"{profile} ({'requests/s' if open_loop else 'streams'})")
+        ax.set(xlabel="load: concurrency (streams) or request rate (requests/s)", ylabel=col, title=f"{col} against load")
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
 def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame):
-    """Per profile (its first run at the highest concurrency): queue depth, KV cache, client TTFT."""
-    picks = runs.sort_values([PER_RUN.concurrency, PER_RUN.repeat], ascending=[False, True]).groupby(PER_RUN.profile).head(1)
+    """Per profile (its first run at the highest load): queue depth, KV cache, client TTFT."""
+    picks = runs.sort_values([PER_RUN.request_rate, PER_RUN.concurrency, PER_RUN.repeat],
+                             ascending=[False, False, True]).groupby(PER_RUN.profile).head(1)
     fig, axes = plt.subplots(len(picks), 1, figsize=(11, 3 * max(1, len(picks))), squeeze=False)
     for ax, (_, run) in zip(axes[:, 0], picks.iterrows()):
         t0 = run[PER_RUN.window_start_s]
@@ -74,7 +89,7 @@ def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFram
             s = series(srv, name)
             ax.step(s.index - t0, s.values, where="post", label=label)
         ax.set(xlabel="seconds into the measured window", ylabel="requests",
-               title=f"{run['profile']} c={run['concurrency']} r={run['repeat']}")
+               title=f"{run['profile']} {level_name(run['request_rate'], run['concurrency'])} r={run['repeat']}")
         right = ax.twinx()
         kv = series(srv, "vllm:kv_cache_usage_perc")
         right.plot(kv.index - t0, kv.values * 100, color="tab:green", lw=1, label="KV cache %")
@@ -105,7 +120,7 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
                   untrusted: dict | None = None) -> tuple[Path, Path]:
     untrusted = untrusted or {}
     trust = summary[TRUST_SHOWN]
-    figures = {"distributions": _png(plot_distributions(samples)), "p95-vs-concurrency": _png(plot_p95(summary)),
+    figures = {"distributions": _png(plot_distributions(samples)), "p95-vs-load": _png(plot_p95(summary)),
                "timeline": _png(plot_timeline(samples, server, runs))}
     fig_dir = out_dir / "report-figures"
     fig_dir.mkdir(exist_ok=True)
@@ -113,22 +128,30 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
         (fig_dir / f"{name}.png").write_bytes(data)
 
     def verdict_text(p, v):
-        note = (f" (UNTRUSTED at concurrency {', '.join(map(str, untrusted[p]))}: the client fell behind, "
+        note = (f" (UNTRUSTED at {', '.join(untrusted[p])}: the client fell behind or did not send the asked load, "
                 "so the numbers include its own lateness)") if p in untrusted else ""
         return f"{v} the baseline `{baseline}`{note}"
 
     verdict_lines = [f"- **{p}**: {verdict_text(p, v)}" for p, v in sorted(overall.items())] or \
         ["- only one label was measured: a summary, no verdict"]
     check_lines = [f"- [{'x' if ok else ' ' if ok is False else '?'}] {item}: {facts}" for item, ok, facts in checklist]
+    rule_text = (f"Rule: the share of requests meeting the SLO ({rule.slo}) rises with a 95% bootstrap interval that "
+                 f"excludes zero ({rule.bootstrap} resamples of requests within repeats)." if rule.on == "goodput" else
+                 "Rule: p95 TTFT and p95 ITL both improve with 95% bootstrap intervals that exclude zero, and output "
+                 f"throughput falls by at most {rule.max_throughput_drop_pct:g}% ({rule.bootstrap} resamples of "
+                 "requests within repeats).")
+    open_loop = summary[summary[SUMMARY.request_rate] > 0]
     sections = [
-        ("Verdict", "\n".join(verdict_lines) + "\n\nRule: p95 TTFT and p95 ITL both improve with 95% bootstrap "
-         f"intervals that exclude zero, and output throughput falls by at most {rule.max_throughput_drop_pct:g}% "
-         f"({rule.bootstrap} resamples of requests within repeats)."),
-        ("Per concurrency", _table_md(per_level)),
+        ("Verdict", "\n".join(verdict_lines) + "\n\n" + rule_text),
+        ("Per load level", _table_md(per_level)),
         ("Changes against the baseline (percent, 95% interval)", _table_md(comparison)),
         ("Summary (percentiles from raw samples)", _table_md(summary[SUMMARY_SHOWN])),
         ("Can the client's numbers be trusted?", TRUST_TEXT + "\n\n" + _table_md(trust)),
-        ("Where the latency came from", "\n".join(f"- {r.profile} c={r.concurrency}: {r.source}" for r in attribution.itertuples())),
+        *((("Open loop: latency from the intended send, lateness, client queue", OPEN_LOOP_TEXT + "\n\n"
+            + _table_md(open_loop[OPEN_LOOP_SHOWN])),) if len(open_loop) else ()),
+        *((("Goodput", _table_md(summary[GOODPUT_SHOWN])),) if rule.slo is not None else ()),
+        ("Where the latency came from", "\n".join(f"- {r.profile} {level_name(r.request_rate, r.concurrency)}: {r.source}"
+                                                   for r in attribution.itertuples())),
         ("Release checklist", "\n".join(check_lines)),
     ]
     md = ["# Baseline vs candidates: vLLM latency report", ""]
@@ -146,12 +169,16 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
                                               for p, v in sorted(overall.items()))
                                       or "<li>only one label was measured: a summary, no verdict</li>") + "</ul>",
             f"<p>{html.escape(sections[0][1].split(chr(10) * 2, 1)[-1])}</p>",
-            "<h2>Per concurrency</h2>" + table_html(per_level),
+            "<h2>Per load level</h2>" + table_html(per_level),
             "<h2>Changes against the baseline</h2>" + table_html(comparison),
             "<h2>Summary</h2>" + table_html(summary[SUMMARY_SHOWN]),
             "<h2>Can the client's numbers be trusted?</h2><p>" + html.escape(TRUST_TEXT) + "</p>" + table_html(trust),
+            *(["<h2>Open loop</h2><p>" + html.escape(OPEN_LOOP_TEXT) + "</p>" + table_html(open_loop[OPEN_LOOP_SHOWN])]
+              if len(open_loop) else []),
+            *(["<h2>Goodput</h2>" + table_html(summary[GOODPUT_SHOWN])] if rule.slo is not None else []),
             "<h2>Where the latency came from</h2><ul>" + "".join(
-                f"<li>{html.escape(r.profile)} c={r.concurrency}: {html.escape(r.source)}</li>" for r in attribution.itertuples()) + "</ul>",
+                f"<li>{html.escape(r.profile)} {level_name(r.request_rate, r.concurrency)}: {html.escape(r.source)}</li>"
+                for r in attribution.itertuples()) + "</ul>",
             "<h2>Release checklist</h2><ul>" + "".join(
                 f"<li>{'&#9745;' if ok else '&#9744;' if ok is False else '?'} {html.escape(item)}: {html.escape(facts)}</li>"
                 for item, ok, facts in checklist) + "</ul>",

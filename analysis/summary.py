@@ -11,16 +11,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import (CLIENT, CPU_PCT, IDS, ITL, LOOP_LAG_MS, PER_RUN, REQUEST, SAMPLE, SPAWN_TO_SEND_MS,
-                                SUMMARY, TTFT, mean_col, pct_col)
+from vllm_locust.schema import (CLIENT, CPU_PCT, IDS, ITL, LEVEL, LOOP_LAG_MS, PER_RUN, REQUEST, SAMPLE,
+                                SPAWN_TO_SEND_MS, SUMMARY, TTFT, mean_col, pct_col)
 
 from . import server as server_stats
+from .goodput import Slo, from_intended, goodput
 from .stats import percentiles
 from .tidy import failed, interrupted, succeeded
 
 # 2 ms: on the H200 the suite agreed with vLLM's client on ITL at loop-lag p99 1.1-1.8 ms, and
 # read p95 ITL 33% high at 4.5 ms; an idle 2-core VM's own wake-up floor is about 1.1 ms.
 DEFAULT_MAX_CLIENT_LAG_MS = 2.0
+# Open loop: a run whose send lateness p99 exceeds this did not deliver the asked load. 10 ms: on
+# this 2-core VM an idle client sends 0.9 ms (timer wake-up) + 1.5 ms (the SDK builds the request)
+# after the instant; a backlog (every user busy) shows as seconds.
+DEFAULT_MAX_SEND_LATENESS_MS = 10.0
 PERCENTILES = ((TTFT, (50, 95, 99)), (ITL, (50, 95, 99)), ("TPOT", (50, 95)), ("E2E", (50, 95)))
 SERVER_MEANS = (PER_RUN.mean_kv_cache_usage, PER_RUN.prefix_cache_hit_rate, PER_RUN.server_queue_ms,
                 PER_RUN.server_prefill_ms, PER_RUN.server_decode_ms, PER_RUN.server_ttft_mean_ms,
@@ -56,7 +61,8 @@ def client_audit(client: pd.DataFrame, max_lag_ms: float) -> dict:
 
 
 def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame, durations: dict,
-            client: pd.DataFrame | None = None, max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS) -> pd.DataFrame:
+            client: pd.DataFrame | None = None, max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS,
+            slo: Slo | None = None) -> pd.DataFrame:
     """One row per run: throughput, server figures and the client audit (inputs to the repeats' aggregate)."""
     client = client if client is not None else pd.DataFrame(columns=[IDS.run_key, *CLIENT])
     rows = []
@@ -66,9 +72,13 @@ def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame,
         tok_s, req_s = run_throughput(r, durations.get(run_key, end - start))
         srv = server_stats.run_server_stats(server_stats.window(server[server[IDS.run_key] == run_key], start, end))
         audit = client_audit(client[client[IDS.run_key] == run_key], max_client_lag_ms)
+        good = goodput(r, s, slo, durations.get(run_key, end - start))
         rows.append({PER_RUN.run_key: run_key, PER_RUN.profile: s[IDS.profile].iloc[0],
+                     PER_RUN.request_rate: float(s[IDS.request_rate].iloc[0]),
                      PER_RUN.concurrency: int(s[IDS.concurrency].iloc[0]), PER_RUN.repeat: int(s[IDS.repeat].iloc[0]),
                      PER_RUN.output_tokens_per_s: tok_s, PER_RUN.requests_per_s: req_s,
+                     PER_RUN.goodput_requests_per_s: good[PER_RUN.goodput_requests_per_s],
+                     PER_RUN.goodput_tokens_per_s: good[PER_RUN.goodput_tokens_per_s],
                      PER_RUN.window_start_s: start, PER_RUN.window_end_s: end, **srv, **audit})
     return pd.DataFrame(rows, columns=[c for c in PER_RUN if c != PER_RUN.step])
 
@@ -86,12 +96,47 @@ def _mean(per: pd.DataFrame, key: str) -> float:
     return float(np.nanmean(per[key])) if per[key].notna().any() else float("nan")
 
 
-def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+def at_level(frame: pd.DataFrame, profile: str, rate: float, concurrency: int) -> pd.DataFrame:
+    """The rows of one profile at one load level (frames with the ``IDS`` columns)."""
+    return frame[(frame[IDS.profile] == profile) & (frame[IDS.request_rate] == rate) & (frame[IDS.concurrency] == concurrency)]
+
+
+def open_loop_figures(requests: pd.DataFrame, max_send_lateness_ms: float) -> dict:
+    """Latency from the intended instant, send lateness, client queue time, and whether the run
+    delivered the asked load. All NaN (``load_delivered`` None) for a closed-loop level."""
+    sent = requests[requests[REQUEST.lateness_ms].notna()] if REQUEST.lateness_ms in requests else requests.iloc[0:0]
+    out = {c: float("nan") for c in (pct_col("TTFT_FROM_INTENDED", 50), pct_col("TTFT_FROM_INTENDED", 95),
+                                     pct_col("E2E_FROM_INTENDED", 50), pct_col("E2E_FROM_INTENDED", 95),
+                                     SUMMARY.p50_send_lateness_ms, SUMMARY.p95_send_lateness_ms, SUMMARY.p99_send_lateness_ms,
+                                     SUMMARY.max_send_lateness_ms, SUMMARY.mean_client_queue_ms, SUMMARY.p95_client_queue_ms,
+                                     SUMMARY.queued_requests)}
+    out[SUMMARY.load_delivered] = None
+    if sent.empty:
+        return out
+    ok = succeeded(sent)
+    for name, column in (("TTFT_FROM_INTENDED", REQUEST.ttft_ms), ("E2E_FROM_INTENDED", REQUEST.e2e_ms)):
+        for q, v in percentiles(from_intended(ok, column).dropna().to_numpy(), (50, 95)).items():
+            out[pct_col(name, q)] = v
+    late = sent[REQUEST.lateness_ms].to_numpy(dtype=float)
+    q = percentiles(late, (50, 95, 99))
+    out[SUMMARY.p50_send_lateness_ms], out[SUMMARY.p95_send_lateness_ms], out[SUMMARY.p99_send_lateness_ms] = q[50], q[95], q[99]
+    out[SUMMARY.max_send_lateness_ms] = float(late.max())
+    queue = sent[REQUEST.queue_ms].fillna(0.0).to_numpy(dtype=float)
+    out[SUMMARY.mean_client_queue_ms] = float(queue.mean())
+    out[SUMMARY.p95_client_queue_ms] = percentiles(queue, (95,))[95]
+    out[SUMMARY.queued_requests] = int((queue > 0).sum())
+    out[SUMMARY.load_delivered] = bool(q[99] <= max_send_lateness_ms)
+    return out
+
+
+def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame, slo: Slo | None = None,
+              max_send_lateness_ms: float = DEFAULT_MAX_SEND_LATENESS_MS) -> pd.DataFrame:
     rows = []
-    for (profile, concurrency), s in samples.groupby([IDS.profile, IDS.concurrency]):
-        r = requests[(requests[IDS.profile] == profile) & (requests[IDS.concurrency] == concurrency)]
-        per = runs[(runs[PER_RUN.profile] == profile) & (runs[PER_RUN.concurrency] == concurrency)]
-        row = {SUMMARY.profile: profile, SUMMARY.concurrency: int(concurrency), SUMMARY.repeats: int(per[PER_RUN.repeat].nunique()),
+    for (profile, rate, concurrency), s in samples.groupby([IDS.profile, *LEVEL]):
+        r = at_level(requests, profile, rate, concurrency)
+        per = at_level(runs, profile, rate, concurrency)
+        row = {SUMMARY.profile: profile, SUMMARY.request_rate: float(rate), SUMMARY.concurrency: int(concurrency),
+               SUMMARY.repeats: int(per[PER_RUN.repeat].nunique()),
                SUMMARY.requests: int(len(r) - len(interrupted(r))), SUMMARY.failures: int(len(failed(r))),
                SUMMARY.interrupted: int(len(interrupted(r)))}
         for metric, qs in PERCENTILES:
@@ -120,5 +165,10 @@ def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame)
         row[SUMMARY.client_spawn_to_send_max_ms] = float(per[PER_RUN.client_spawn_to_send_max_ms].max())
         trusted = per[PER_RUN.client_trusted].dropna()
         row[SUMMARY.client_trusted] = bool(trusted.all()) if len(trusted) else None
+        row.update(open_loop_figures(r, max_send_lateness_ms))
+        good = goodput(r, s, slo, 1.0)  # the share over all repeats; the rates are the runs' mean
+        row[SUMMARY.slo], row[SUMMARY.slo_met_share] = good[SUMMARY.slo], good[SUMMARY.slo_met_share]
+        row[SUMMARY.goodput_requests_per_s] = _mean(per, PER_RUN.goodput_requests_per_s)
+        row[SUMMARY.goodput_tokens_per_s] = _mean(per, PER_RUN.goodput_tokens_per_s)
         rows.append(row)
-    return pd.DataFrame(rows, columns=list(SUMMARY)).sort_values([SUMMARY.profile, SUMMARY.concurrency]).reset_index(drop=True)
+    return (pd.DataFrame(rows, columns=list(SUMMARY)).sort_values([SUMMARY.profile, *LEVEL]).reset_index(drop=True))

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vllm_locust.schema import CLIENT, FAILURES, IDS, INTERRUPTED, MEASURED, REQUEST, SAMPLE, SERVER
+from vllm_locust.schema import CLIENT, FAILURES, IDS, INTERRUPTED, LEVEL, MEASURED, REQUEST, SAMPLE, SERVER
 
 from .load import AnalysisError, Run
 
-ID_COLUMNS = (IDS.run_key, IDS.profile, IDS.concurrency, IDS.repeat)
+ID_COLUMNS = (IDS.run_key, IDS.profile, IDS.request_rate, IDS.concurrency, IDS.repeat)
 
 
 def _with_ids(frame: pd.DataFrame, run: Run) -> pd.DataFrame:
-    return frame.assign(**{IDS.run_key: run.run_key, IDS.profile: run.profile,
+    return frame.assign(**{IDS.run_key: run.run_key, IDS.profile: run.profile, IDS.request_rate: run.request_rate,
                            IDS.concurrency: int(run.record["concurrency"]), IDS.repeat: int(run.record["repeat"])})
 
 
@@ -65,7 +65,7 @@ def failure_table(requests: pd.DataFrame) -> pd.DataFrame:
     bad = failed(requests)
     if bad.empty:
         return pd.DataFrame(columns=list(FAILURES))
-    counts = bad.groupby([IDS.profile, IDS.concurrency, REQUEST.error]).size().reset_index(name=FAILURES.count)
+    counts = bad.groupby([IDS.profile, *LEVEL, REQUEST.error]).size().reset_index(name=FAILURES.count)
     return counts.rename(columns={REQUEST.error: FAILURES.error})[list(FAILURES)]
 
 

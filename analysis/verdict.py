@@ -1,9 +1,11 @@
 """Compare each profile with the baseline: percent changes with bootstrap intervals, and a verdict.
 
-The rule (the seed's): a profile beats the baseline at a concurrency only if p95 TTFT and p95 ITL
-both improve with 95% intervals that exclude zero, and output throughput falls by no more than
-``max_throughput_drop_pct`` (20%). Over all concurrencies: ``beats`` (at every one), ``mixed``,
-or ``does not beat``.
+The rule (the seed's): a profile beats the baseline at a load level (a concurrency, or a request
+rate) only if p95 TTFT and p95 ITL both improve with 95% intervals that exclude zero, and output
+throughput falls by no more than ``max_throughput_drop_pct`` (20%). With ``--slo`` and
+``--rule goodput`` it beats when the share of requests meeting the SLO rises with an interval
+excluding zero (at the same offered load, that is goodput). Over all levels: ``beats`` (at every
+one), ``mixed``, or ``does not beat``.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import COMPARISON, IDS, PER_RUN, SAMPLE, SUMMARY, VERDICT, pct_col
+from vllm_locust.schema import COMPARISON, IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, VERDICT, level_name, pct_col
 
+from .goodput import Slo, met_groups
 from .stats import bootstrap_ci, pct_change
 
 METRICS = (("TTFT", 50), ("TTFT", 95), ("ITL", 50), ("ITL", 95), ("TPOT", 95), ("E2E", 95))
@@ -26,6 +29,8 @@ class Rule:
     bootstrap: int = 1000
     level: float = 0.95
     seed: int = 0
+    slo: Slo | None = None
+    on: str = "latency"  # or "goodput" (needs slo)
 
 
 def request_groups(samples: pd.DataFrame, metric: str) -> list[list[np.ndarray]]:
@@ -46,27 +51,42 @@ def throughput_ci(base: np.ndarray, cand: np.ndarray, n: int, rng: np.random.Gen
     return bootstrap_ci(as_groups(base), as_groups(cand), np.mean, n, rng, level)
 
 
-def compare(samples: pd.DataFrame, runs: pd.DataFrame, baseline: str, rule: Rule) -> pd.DataFrame:
-    """Tidy comparison: one row per candidate profile, concurrency and metric."""
+def levels_of(frame: pd.DataFrame, profile: str) -> set:
+    return set(map(tuple, frame.loc[frame[IDS.profile] == profile, list(LEVEL)].drop_duplicates().to_numpy().tolist()))
+
+
+def at(frame: pd.DataFrame, profile: str, level: tuple) -> pd.DataFrame:
+    rate, c = level
+    return frame[(frame[IDS.profile] == profile) & (frame[IDS.request_rate] == rate) & (frame[IDS.concurrency] == c)]
+
+
+def compare(samples: pd.DataFrame, runs: pd.DataFrame, baseline: str, rule: Rule,
+            requests: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Tidy comparison: one row per candidate profile, load level and metric."""
     rng = np.random.default_rng(rule.seed)
     rows = []
+
+    def add(profile, level, metric, change):
+        point, low, high = change
+        rows.append({COMPARISON.profile: profile, COMPARISON.request_rate: level[0], COMPARISON.concurrency: int(level[1]),
+                     COMPARISON.metric: metric, COMPARISON.change_pct: point, COMPARISON.ci_low_pct: low,
+                     COMPARISON.ci_high_pct: high})
+
     for profile in sorted(set(samples[IDS.profile]) - {baseline}):
-        for c in sorted(set(samples.loc[samples[IDS.profile] == profile, IDS.concurrency])
-                        & set(samples.loc[samples[IDS.profile] == baseline, IDS.concurrency])):
-            b = samples[(samples[IDS.profile] == baseline) & (samples[IDS.concurrency] == c)]
-            k = samples[(samples[IDS.profile] == profile) & (samples[IDS.concurrency] == c)]
+        for level in sorted(levels_of(samples, profile) & levels_of(samples, baseline)):
+            b, k = at(samples, baseline, level), at(samples, profile, level)
             for metric, q in METRICS:
                 bg, kg = request_groups(b, metric), request_groups(k, metric)
-                if not bg or not kg:
-                    continue
-                point, low, high = bootstrap_ci(bg, kg, _quantile(q), rule.bootstrap, rng, rule.level)
-                rows.append({COMPARISON.profile: profile, COMPARISON.concurrency: c, COMPARISON.metric: pct_col(metric, q),
-                             COMPARISON.change_pct: point, COMPARISON.ci_low_pct: low, COMPARISON.ci_high_pct: high})
-            bt = runs[(runs[PER_RUN.profile] == baseline) & (runs[PER_RUN.concurrency] == c)][PER_RUN.output_tokens_per_s].to_numpy()
-            kt = runs[(runs[PER_RUN.profile] == profile) & (runs[PER_RUN.concurrency] == c)][PER_RUN.output_tokens_per_s].to_numpy()
-            point, low, high = throughput_ci(bt, kt, rule.bootstrap, rng, rule.level)
-            rows.append({COMPARISON.profile: profile, COMPARISON.concurrency: c, COMPARISON.metric: PER_RUN.output_tokens_per_s,
-                         COMPARISON.change_pct: point, COMPARISON.ci_low_pct: low, COMPARISON.ci_high_pct: high})
+                if bg and kg:
+                    add(profile, level, pct_col(metric, q), bootstrap_ci(bg, kg, _quantile(q), rule.bootstrap, rng, rule.level))
+            for column in (PER_RUN.output_tokens_per_s, *((PER_RUN.goodput_requests_per_s,) if rule.slo else ())):
+                bt, kt = at(runs, baseline, level)[column].to_numpy(), at(runs, profile, level)[column].to_numpy()
+                add(profile, level, column, throughput_ci(bt, kt, rule.bootstrap, rng, rule.level))
+            if rule.slo is not None and requests is not None:
+                bg = met_groups(at(requests, baseline, level), b, rule.slo)
+                kg = met_groups(at(requests, profile, level), k, rule.slo)
+                if any(bg) and any(kg):
+                    add(profile, level, SUMMARY.slo_met_share, bootstrap_ci(bg, kg, np.mean, rule.bootstrap, rng, rule.level))
     return pd.DataFrame(rows, columns=list(COMPARISON))
 
 
@@ -75,8 +95,14 @@ def _improves(row: pd.Series | None) -> bool:
 
 
 def trust_of(summary: pd.DataFrame) -> dict:
-    """``(profile, concurrency) -> True/False/None``: did the client keep up in every run of that point."""
-    return {(r[SUMMARY.profile], r[SUMMARY.concurrency]): r[SUMMARY.client_trusted] for _, r in summary.iterrows()}
+    """``(profile, rate, concurrency) -> True/False/None``: did the client keep up in every run of
+    that point, and (open loop) send the asked load on time."""
+    out = {}
+    for _, r in summary.iterrows():
+        kept_up, delivered = r[SUMMARY.client_trusted], r.get(SUMMARY.load_delivered)
+        trusted = False if False in (kept_up, delivered) else kept_up
+        out[(r[SUMMARY.profile], r[SUMMARY.request_rate], r[SUMMARY.concurrency])] = trusted
+    return out
 
 
 def verdicts(comparison: pd.DataFrame, rule: Rule, trust: dict | None = None, baseline: str | None = None) -> pd.DataFrame:
@@ -84,26 +110,34 @@ def verdicts(comparison: pd.DataFrame, rule: Rule, trust: dict | None = None, ba
     on both sides can be trusted (a verdict on untrusted runs says so in ``why``)."""
     trust = trust or {}
     rows = []
-    for (profile, c), g in comparison.groupby([COMPARISON.profile, COMPARISON.concurrency]):
+    for (profile, rate, c), g in comparison.groupby([COMPARISON.profile, *LEVEL]):
         by = {r[COMPARISON.metric]: r for _, r in g.iterrows()}
         ttft, itl, tput = by.get(pct_col("TTFT", 95)), by.get(pct_col("ITL", 95)), by.get(PER_RUN.output_tokens_per_s)
+        share, good = by.get(SUMMARY.slo_met_share), by.get(PER_RUN.goodput_requests_per_s)
         reasons = []
-        if not _improves(ttft):
-            reasons.append("p95 TTFT does not improve with an interval excluding zero")
-        if not _improves(itl):
-            reasons.append("p95 ITL does not improve with an interval excluding zero")
-        if tput is None or not tput[COMPARISON.change_pct] >= -rule.max_throughput_drop_pct:
-            reasons.append(f"throughput falls more than {rule.max_throughput_drop_pct:g}%")
-        sides = [trust.get((profile, c)), trust.get((baseline, c))]
+        if rule.on == "goodput":
+            if share is None or not share[COMPARISON.ci_low_pct] > 0:
+                reasons.append(f"the share of requests meeting the SLO ({rule.slo}) does not rise with an interval excluding zero")
+            praise = f"more requests meet the SLO ({rule.slo}): goodput rises at the same load"
+        else:
+            if not _improves(ttft):
+                reasons.append("p95 TTFT does not improve with an interval excluding zero")
+            if not _improves(itl):
+                reasons.append("p95 ITL does not improve with an interval excluding zero")
+            if tput is None or not tput[COMPARISON.change_pct] >= -rule.max_throughput_drop_pct:
+                reasons.append(f"throughput falls more than {rule.max_throughput_drop_pct:g}%")
+            praise = "p95 TTFT and p95 ITL improve, throughput holds"
+        sides = [trust.get((profile, rate, c)), trust.get((baseline, rate, c))]
         trusted = False if False in sides else (None if None in sides else True)
-        why = "; ".join(reasons) or "p95 TTFT and p95 ITL improve, throughput holds"
+        why = "; ".join(reasons) or praise
         if trusted is False:
             late = [p for p, t in ((profile, sides[0]), (baseline, sides[1])) if t is False]
-            why = f"UNTRUSTED: the client fell behind (loop lag) in {', '.join(map(str, late))}; " + why
-        rows.append({VERDICT.profile: profile, VERDICT.concurrency: c, VERDICT.beats: not reasons,
-                     VERDICT.p95_ttft_change_pct: ttft[COMPARISON.change_pct] if ttft is not None else np.nan,
-                     VERDICT.p95_itl_change_pct: itl[COMPARISON.change_pct] if itl is not None else np.nan,
-                     VERDICT.throughput_change_pct: tput[COMPARISON.change_pct] if tput is not None else np.nan,
+            why = (f"UNTRUSTED: the client fell behind (loop lag) or did not send the asked load on time in "
+                   f"{', '.join(map(str, late))}; " + why)
+        pick = lambda r: r[COMPARISON.change_pct] if r is not None else np.nan  # noqa: E731
+        rows.append({VERDICT.profile: profile, VERDICT.request_rate: rate, VERDICT.concurrency: c, VERDICT.beats: not reasons,
+                     VERDICT.p95_ttft_change_pct: pick(ttft), VERDICT.p95_itl_change_pct: pick(itl),
+                     VERDICT.throughput_change_pct: pick(tput), VERDICT.goodput_change_pct: pick(good),
                      VERDICT.trusted: trusted, VERDICT.why: why})
     return pd.DataFrame(rows, columns=list(VERDICT))
 
@@ -117,6 +151,8 @@ def overall(per_level: pd.DataFrame) -> dict[str, str]:
 
 
 def untrusted_levels(per_level: pd.DataFrame) -> dict[str, list]:
-    """Per candidate, the concurrencies whose verdict rests on runs where the client fell behind."""
+    """Per candidate, the load levels (``c=64``, ``rate=4/s``) whose verdict rests on runs where the
+    client fell behind."""
     bad = per_level[per_level[VERDICT.trusted] == False]  # noqa: E712 (None means unknown, not False)
-    return {p: sorted(g[VERDICT.concurrency].tolist()) for p, g in bad.groupby(VERDICT.profile)}
+    return {p: [level_name(r, c) for r, c in sorted(zip(g[VERDICT.request_rate], g[VERDICT.concurrency]))]
+            for p, g in bad.groupby(VERDICT.profile)}

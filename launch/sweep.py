@@ -5,9 +5,10 @@ each concurrency and repeat: reset the prefix cache, warm up, load it with Locus
     python -m launch.sweep --profiles baseline-cpu,optimized-cpu --concurrency 32,64,128 \\
         --warmup 30 --duration 120 --repeats 3 --out runs/NAME [--workers N] [-- LOCUST_ARGS...]
     python -m launch.sweep --external-url http://127.0.0.1:8000 --label NAME [same options]
+    python -m launch.sweep ... --request-rate 1,2,4,8 [--max-concurrency 256]   (open loop: rates, not streams)
 
 Layout (``vllm_locust.schema``): OUT/<label>/server-<time>/{manifest.json,server.log} and
-OUT/<label>/c<C>/r<R>/{run.json | failed.json, samples-*.csv, requests-*.csv, loadrun-*.json,
+OUT/<label>/c<C>/r<R>/ (open loop: OUT/<label>/rate<X>/r<R>/) {run.json | failed.json, samples-*.csv, requests-*.csv, loadrun-*.json,
 locust_*.csv, metrics.csv, metrics-before.prom, metrics-after.prom, locust.log}. A run with
 run.json is done and never rerun or overwritten: rerun the same command to resume. A run that
 failed gets failed.json (the reason and the server's last log lines) and keeps what it measured.
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -30,10 +32,11 @@ import requests
 
 from launch.manifest import external_manifest
 from launch.server import ServerError, ServerProcess, last_line, serve_sh
+from vllm_locust.arrivals import parse_rates
 from vllm_locust.schema import (FAILURE_RECORD, INCOMPLETE, LOCUST_CSV_PREFIX, LOCUST_LOG, LOCUST_WORKERS_LOG,
                                 MANIFEST, METRICS_AFTER, METRICS_BEFORE, METRICS_CSV, RUN_RECORD, FailureRecord,
-                                RecordError, RunRecord, read_record, server_dir, sweep_run_dir, sweep_run_id,
-                                write_json_atomic)
+                                RecordError, RunRecord, level_name, read_record, server_dir, sweep_run_dir,
+                                sweep_run_id, write_json_atomic)
 from vllm_locust.scraper import ScrapeThread, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +74,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="launch/sweep.sh", description=__doc__.splitlines()[0])
     p.add_argument("--profiles", default="")
     p.add_argument("--concurrency", default="32,64,128")
+    p.add_argument("--request-rate", default="",
+                   help="open loop: request rates to sweep instead of concurrencies, e.g. 1,2,4,8 (requests/s)")
+    p.add_argument("--max-concurrency", type=int, default=256,
+                   help="open loop: the cap on requests in flight (Locust users) at every rate")
     p.add_argument("--warmup", type=float, default=30.0, help="seconds of discarded warm-up per run")
     p.add_argument("--duration", type=float, default=120.0, help="measured seconds per run")
     p.add_argument("--repeats", type=int, default=1)
@@ -119,7 +126,7 @@ def auto_workers(concurrency: int, expected_itl_ms: float, cpus: int) -> int:
 @dataclass
 class Plan:
     labels: list[str]
-    levels: list[int]
+    levels: list[tuple]  # (request_rate or None, concurrency): a rate is open loop, its concurrency the cap
     repeats: int
     external: str
 
@@ -128,8 +135,21 @@ class Plan:
         return len(self.labels) * len(self.levels) * self.repeats
 
 
+def plan_levels(args) -> list[tuple]:
+    """The load levels: concurrencies, or with ``--request-rate`` rates at the in-flight cap."""
+    if not args.request_rate:
+        return [(None, c) for c in positive_ints(args.concurrency, "--concurrency")]
+    try:
+        rates = parse_rates(args.request_rate)
+    except ValueError as err:
+        raise SweepError(str(err)) from None
+    if args.max_concurrency < 1:
+        raise SweepError(f"--max-concurrency {args.max_concurrency}: at least 1")
+    return [(r, args.max_concurrency) for r in rates]
+
+
 def validate(args) -> Plan:
-    levels = positive_ints(args.concurrency, "--concurrency")
+    levels = plan_levels(args)
     if args.repeats < 1:
         raise SweepError(f"--repeats {args.repeats}: at least 1")
     if args.workers != "auto" and args.workers < 0:
@@ -161,6 +181,7 @@ def validate(args) -> Plan:
 def run_params(args) -> dict:
     """What decides a run's load: a finished run made with other values is not this run."""
     return {"warmup_s": args.warmup, "duration_s": args.duration, "workers": args.workers,
+            **({"max_concurrency": args.max_concurrency} if args.request_rate else {}),
             "locust_args": list(args.locust_args), "client_cpus": args.client_cpus,
             "server_cpus": os.environ.get("SERVER_CPUS", "")}
 
@@ -201,8 +222,9 @@ class Sweep:
         self._auto_said: set = set()
 
     # -- bookkeeping --------------------------------------------------------------------------
-    def run_dir(self, label: str, c: int, r: int) -> Path:
-        return sweep_run_dir(self.out, label, c, r)
+    def run_dir(self, label: str, level: tuple, r: int) -> Path:
+        rate, c = level
+        return sweep_run_dir(self.out, label, c, r, rate)
 
     def finished(self, directory: Path) -> bool:
         """Done before with the same parameters; a run done with others stops the sweep."""
@@ -224,14 +246,14 @@ class Sweep:
         left = (self.plan.total - self.k + 1) * per
         log(f"run {self.k} of {self.plan.total} ({what}): elapsed {elapsed:.0f}s, about {left:.0f}s left")
 
-    def fail_run(self, directory: Path, label: str, c: int, r: int, reason: str, log_tail: list[str],
+    def fail_run(self, directory: Path, label: str, level: tuple, r: int, reason: str, log_tail: list[str],
                  locust_exit: int | None, started_at: str) -> None:
         self.failed += 1
         directory.mkdir(parents=True, exist_ok=True)
         write_json_atomic(directory / FAILURE_RECORD, FailureRecord(
-            profile=label, concurrency=c, repeat=r, reason=reason, server_log_tail=log_tail, locust_exit=locust_exit,
-            started_at=started_at, failed_at=now_iso(), params=run_params(self.args)))
-        log(f"failed: {label} c={c} r={r}: {reason} (kept in {directory})")
+            profile=label, concurrency=level[1], repeat=r, reason=reason, server_log_tail=log_tail, locust_exit=locust_exit,
+            started_at=started_at, failed_at=now_iso(), params={**run_params(self.args), "request_rate": level[0]}))
+        log(f"failed: {label} {level_name(*level)} r={r}: {reason} (kept in {directory})")
         for line in log_tail[-10:]:
             print(f"    {line}", file=sys.stderr)
 
@@ -239,8 +261,8 @@ class Sweep:
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
         for label in self.plan.labels:
-            todo = [(c, r) for c in self.plan.levels for r in range(1, self.plan.repeats + 1)
-                    if not self.finished(self.run_dir(label, c, r))]
+            todo = [(level, r) for level in self.plan.levels for r in range(1, self.plan.repeats + 1)
+                    if not self.finished(self.run_dir(label, level, r))]
             if not todo:
                 self.k += len(self.plan.levels) * self.plan.repeats
                 log(f"{label}: all runs done, skipped")
@@ -258,7 +280,10 @@ class Sweep:
             + (f"; {self.failed} failed" if self.failed else ""))
         return 1 if self.failed else 0
 
-    def run_label(self, label: str) -> None:
+    @contextmanager
+    def serving(self, label: str):
+        """The server a label's runs go to, started (or checked, when external) and its workload
+        built: ``(url, server_dir, server or None, reset_prefix_cache)``; stopped after."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
         server: ServerProcess | None = None
         if self.plan.external:
@@ -278,20 +303,30 @@ class Sweep:
             reset_cache = sweep_settings(label).get("reset-prefix-cache", "true") == "true"
         try:
             self.prepare(url, label)
-            for c in self.plan.levels:
-                for r in range(1, self.plan.repeats + 1):
-                    self.k += 1
-                    directory = self.run_dir(label, c, r)
-                    if self.finished(directory):
-                        log(f"run {self.k} of {self.plan.total} ({label} c={c} r={r}): done before, skipped")
-                        continue
-                    self.one_run(label, c, r, url, sdir, server, reset_cache)
-                    if server is not None and not server.alive():
-                        raise ServerError(f"{label}: vLLM died during run c={c} r={r}; "
-                                          "what it measured is kept", server.log_tail())
+            yield url, sdir, server, reset_cache
         finally:
             if server is not None:
                 server.stop()
+
+    def run_level(self, label: str, level: tuple, r: int, served: tuple) -> Path:
+        """One run of the matrix (skipped when done before); the server's death stops the label."""
+        url, sdir, server, reset_cache = served
+        self.k += 1
+        directory = self.run_dir(label, level, r)
+        if self.finished(directory):
+            log(f"run {self.k} of {self.plan.total} ({label} {level_name(*level)} r={r}): done before, skipped")
+            return directory
+        self.one_run(label, level, r, url, sdir, server, reset_cache)
+        if server is not None and not server.alive():
+            raise ServerError(f"{label}: vLLM died during run {level_name(*level)} r={r}; "
+                              "what it measured is kept", server.log_tail())
+        return directory
+
+    def run_label(self, label: str) -> None:
+        with self.serving(label) as served:
+            for level in self.plan.levels:
+                for r in range(1, self.plan.repeats + 1):
+                    self.run_level(label, level, r, served)
 
     def check_reachable(self, url: str) -> None:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -320,13 +355,14 @@ class Sweep:
         except requests.RequestException as err:
             log(f"warning: {url}/reset_prefix_cache failed ({type(err).__name__}); prefix cache not reset")
 
-    def one_run(self, label: str, c: int, r: int, url: str, sdir: Path, server: ServerProcess | None,
+    def one_run(self, label: str, level: tuple, r: int, url: str, sdir: Path, server: ServerProcess | None,
                 reset_cache: bool) -> None:
-        directory = self.run_dir(label, c, r)
+        rate, c = level
+        directory = self.run_dir(label, level, r)
         if directory.exists():
             directory.rename(directory.with_name(directory.name + INCOMPLETE + time.strftime("%Y%m%d-%H%M%S")))
         directory.mkdir(parents=True)
-        self.progress(f"{label} c={c} r={r}")
+        self.progress(f"{label} {level_name(*level)} r={r}")
         if reset_cache:
             self.reset_prefix_cache(url)
         snapshot(url, directory / METRICS_BEFORE, self.api_key)
@@ -334,30 +370,33 @@ class Sweep:
         with open(directory / "scraper.log", "w") as scraper_errors:
             scraper = ScrapeThread(url, directory / METRICS_CSV, 1.0, self.api_key, errors=scraper_errors).start()
             try:
-                rc = self.locust(directory, url, c, sweep_run_id(label, c, r))
+                rc = self.locust(directory, url, level, sweep_run_id(label, c, r, rate))
             finally:
                 scraper.stop()
         snapshot(url, directory / METRICS_AFTER, self.api_key)
         self.done_runs += 1
         if server is not None and not server.alive():
-            self.fail_run(directory, label, c, r, "vLLM died during the run", server.log_tail(), rc, started_at)
+            self.fail_run(directory, label, level, r, "vLLM died during the run", server.log_tail(), rc, started_at)
             return
         if rc > 1:
-            self.fail_run(directory, label, c, r, f"locust exited {rc}: {self.locust_reason(directory)}",
+            self.fail_run(directory, label, level, r, f"locust exited {rc}: {self.locust_reason(directory)}",
                           server.log_tail() if server else [], rc, started_at)
             if not self.args.continue_on_error:
                 raise ServerError(f"locust failed (exit {rc}) in {directory}; see {directory / LOCUST_LOG}")
             return
         write_json_atomic(directory / RUN_RECORD, RunRecord(
             profile=label, concurrency=c, repeat=r, warmup_s=self.args.warmup, duration_s=self.args.duration, url=url,
-            external=bool(self.plan.external), server_dir=str(sdir), workers=self.workers_for(c),
+            external=bool(self.plan.external), server_dir=str(sdir), workers=self.workers_for(level),
             reset_prefix_cache=reset_cache, locust_args=list(self.args.locust_args), locust_exit=rc,
-            started_at=started_at, finished_at=now_iso(), versions=suite_versions(), params=run_params(self.args)))
+            started_at=started_at, finished_at=now_iso(), versions=suite_versions(), params=run_params(self.args),
+            request_rate=rate))
 
-    def workers_for(self, concurrency: int) -> int:
-        """Local worker processes for a run at this concurrency (``--workers N``, or sized by ``auto``)."""
+    def workers_for(self, level: tuple) -> int:
+        """Local worker processes for a run at this level (``--workers N``, or sized by ``auto``: an
+        open-loop run is sized for its cap on requests in flight, the most it can stream at once)."""
         if self.args.workers != "auto":
             return self.args.workers
+        concurrency = level[1]
         n = auto_workers(concurrency, self.args.expected_itl_ms, os.cpu_count() or 1)
         if (concurrency, n) not in self._auto_said:
             self._auto_said.add((concurrency, n))
@@ -371,15 +410,17 @@ class Sweep:
         errors = [line for line in text.splitlines() if "ERROR" in line]
         return (errors[-1] if errors else last_line(text))[-300:]
 
-    def locust(self, directory: Path, url: str, c: int, run_id: str) -> int:
+    def locust(self, directory: Path, url: str, level: tuple, run_id: str) -> int:
         """Locust headless, one step, warm-up discarded; with --workers, a master and N local workers."""
         pin = ["taskset", "-c", self.args.client_cpus] if self.args.client_cpus else []
+        rate, c = level
+        load = ["--request-rate", f"{rate:g}", "--max-concurrency", str(c)] if rate else ["--steps", str(c)]
         common = [*pin, sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", url, "--headless", "--only-summary",
-                  "--steps", str(c), "--step-warmup", f"{self.args.warmup:g}", "--step-duration", f"{self.args.duration:g}",
+                  *load, "--step-warmup", f"{self.args.warmup:g}", "--step-duration", f"{self.args.duration:g}",
                   "--csv", str(directory / LOCUST_CSV_PREFIX), "--samples-dir", str(directory), "--run-id", run_id,
                   *self.args.locust_args]
         workers: list[subprocess.Popen] = []
-        n_workers = self.workers_for(c)
+        n_workers = self.workers_for(level)
         timeout = self.args.warmup + self.args.duration + 900
         with open(directory / LOCUST_LOG, "w") as out:
             try:

@@ -8,7 +8,9 @@ it sends (``GET /_log``): ``perf_counter`` is one system-wide monotonic clock on
 in another process can be compared with it directly.
 
 ``POST /_config`` changes the script at run time (``ttft_ms``, ``itl_ms``, ``tokens``, ``mode``,
-``tokens_per_chunk``: several tokens per chunk, as speculative decoding delivers them). Like vLLM
+``tokens_per_chunk``: several tokens per chunk, as speculative decoding delivers them;
+``max_streams``: serve at most that many streams at once, the rest wait, so the server's
+capacity is known: ``max_streams / (ttft + (tokens - 1) * itl)`` requests/s). Like vLLM
 it serves ``GET /version`` and honours ``stream_options.continuous_usage_stats`` (a running
 ``usage`` on every chunk). The log keeps a digest of each request's prompt, to check uniqueness.
 Modes: ``ok``, ``malformed`` (a non-JSON chunk after two tokens), ``nofinish`` (stream ends after
@@ -34,7 +36,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
-          "template_tokens": 2, "tokens_per_chunk": 1}
+          "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0}
+_SLOTS: dict = {"n": 0, "semaphore": None}
+_SLOTS_LOCK = threading.Lock()
+
+
+def stream_slots(n: int):
+    """The semaphore of ``max_streams`` (0: none): a server of known capacity, ``n`` streams at once;
+    a request beyond them waits, so its TTFT grows with the backlog, as a saturated server's does."""
+    with _SLOTS_LOCK:
+        if n != _SLOTS["n"]:
+            _SLOTS.update(n=n, semaphore=threading.Semaphore(n) if n > 0 else None)
+        return _SLOTS["semaphore"]
 LOG: list[dict] = []
 LOG_LOCK = threading.Lock()
 EPOCH = [0]
@@ -160,6 +173,10 @@ class Handler(BaseHTTPRequestHandler):
                   "client_port": self.client_address[1]}
         epoch = EPOCH[0]
         chunks = -(-tokens // per_chunk)
+        slots = stream_slots(int(cfg.get("max_streams") or 0))
+        if slots is not None:
+            slots.acquire()  # a saturated server: the request waits for a free stream, then is served
+            recv = time.perf_counter()
         try:
             for i in range(chunks):
                 sleep_until(recv + (cfg["ttft_ms"] + i * cfg["itl_ms"]) / 1000.0)
@@ -189,6 +206,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         finally:
+            if slots is not None:
+                slots.release()
             with LOG_LOCK:
                 if epoch == EPOCH[0]:
                     LOG.append(record)

@@ -69,6 +69,18 @@ OPTIONS = [
                            help="Seconds of warm-up at the start of each step; its samples are discarded")),
     ("--step-duration", dict(type=float, default=60.0, env_var="LOCUST_STEP_DURATION",
                              help="Measured seconds of each step")),
+    ("--request-rate", dict(default="", env_var="LOCUST_REQUEST_RATE",
+                            help="Open loop: requests/s over all workers together, e.g. 4; several (1,2,4,8) are "
+                                 "steps like --steps; empty: closed loop (users = concurrent streams)")),
+    ("--burstiness", dict(type=float, default=1.0, env_var="LOCUST_BURSTINESS",
+                          help="Open loop: gamma inter-arrivals as in vLLM's bench serve (1: Poisson; larger: "
+                               "steadier; smaller: burstier)")),
+    ("--rate-ramp", dict(action="store_true", default=False, env_var="LOCUST_RATE_RAMP",
+                         help="Open loop steps: ramp the rate linearly from each rate to the next over "
+                              "--step-duration (after each step's warm-up) instead of holding it")),
+    ("--max-concurrency", dict(type=int, default=256, env_var="LOCUST_MAX_CONCURRENCY",
+                               help="Open loop with rate steps: users, the cap on requests in flight; a request due "
+                                    "while all are busy waits (client queue time). Without steps: the user count")),
 ]
 
 

@@ -29,10 +29,12 @@ import gevent.lock
 from locust.runners import MasterRunner, WorkerRunner
 
 from . import buckets
+from .arrivals import Segment, parse_rates
 from .audit import ClientAudit
 from .client import ServerCheckError, make_client, require_host, resolve_model
 from .context import LoadContext, build_context, context_key
 from .options import SECRET_OPTIONS
+from .pacer import Pacer
 from .recorder import SampleRecorder
 from .schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, PhaseChange, load_record_file,
                      write_json_atomic)
@@ -40,6 +42,7 @@ from .schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, Phase
 logger = logging.getLogger(__name__)
 STATE_MESSAGE = "vllm_locust_state"
 FLUSHED_MESSAGE = "vllm_locust_flushed"  # worker -> master: my users stopped, my last stats are sent
+HELLO_MESSAGE = "vllm_locust_hello"  # worker -> master: my plugin is attached, send me the run state
 DRAIN_TIMEOUT_S = 20.0
 QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai")
 
@@ -85,6 +88,8 @@ class RunState:
     phase: str = MEASURED
     concurrency: int | None = None
     step: int | None = None
+    request_rate: float | None = None  # open loop: the step's rate (a ramp's starting rate)
+    arrivals: dict | None = None  # open loop: the arrival schedule in force (``arrival_segment``)
 
 
 class VllmPlugin:
@@ -105,6 +110,8 @@ class VllmPlugin:
         self._tls: ssl.SSLContext | None = None
         self._context: LoadContext | None = None
         self._context_lock = gevent.lock.Semaphore()
+        self.pacer = Pacer()
+        self._unscheduled_said = False
         setattr(environment, self.ATTRIBUTE, self)
         events = environment.events
         events.test_start.add_listener(self.on_test_start)
@@ -115,8 +122,12 @@ class VllmPlugin:
         self.flushed: set[str] = set()  # master: workers whose last stats arrived this run
         if isinstance(environment.runner, WorkerRunner):
             environment.runner.register_message(STATE_MESSAGE, self.on_state_message)
+            # A worker connects before its init event runs, so a state sent in between was dropped
+            # ("Unknown message type"): ask for it now that the handler is there.
+            environment.runner.send_message(HELLO_MESSAGE, self.worker_id)
         if isinstance(environment.runner, MasterRunner):
             environment.runner.register_message(FLUSHED_MESSAGE, self.on_flushed_message)
+            environment.runner.register_message(HELLO_MESSAGE, self.on_hello_message)
 
     # -- wiring -------------------------------------------------------------------------------
     @classmethod
@@ -129,7 +140,8 @@ class VllmPlugin:
         options = environment.parsed_options
         # The steps shape applies when --steps is set anywhere Locust reads options (command
         # line, LOCUST_STEPS, locust.conf); otherwise Locust's own -u/-r ramping does.
-        if environment.shape_class is not None and options is not None and not getattr(options, "steps", ""):
+        if environment.shape_class is not None and options is not None and not (
+                getattr(options, "steps", "") or getattr(options, "request_rate", "")):
             environment.shape_class = None
         return cls(environment)
 
@@ -161,10 +173,10 @@ class VllmPlugin:
     # -- run state ----------------------------------------------------------------------------
     def publish(self, **changes) -> RunState:
         """Change the run state here and, on a master, on every worker; keep the timeline."""
-        before = (self.state.phase, self.state.concurrency, self.state.step)
+        before = (self.state.phase, self.state.concurrency, self.state.step, self.state.request_rate)
         for key, value in changes.items():
             setattr(self.state, key, value)
-        after = (self.state.phase, self.state.concurrency, self.state.step)
+        after = (self.state.phase, self.state.concurrency, self.state.step, self.state.request_rate)
         if after != before or not self.timeline:
             if self.started_s is None:
                 self.started_s = time.time()
@@ -172,11 +184,56 @@ class VllmPlugin:
         runner = self.environment.runner
         if isinstance(runner, MasterRunner):
             runner.send_message(STATE_MESSAGE, asdict(self.state))
+        self.follow_arrivals()
         return self.state
+
+    def on_hello_message(self, msg, **_kwargs) -> None:
+        """Master: a worker's plugin attached; it may have missed the state sent before that."""
+        if self.timeline:
+            self.environment.runner.send_message(STATE_MESSAGE, asdict(self.state), client_id=msg.node_id)
 
     def on_state_message(self, msg, **_kwargs) -> None:
         for key, value in msg.data.items():
             setattr(self.state, key, value)
+        self.follow_arrivals()
+
+    # -- open loop ----------------------------------------------------------------------------
+    @property
+    def open_loop(self) -> bool:
+        """Users take arrivals from the schedule (``--request-rate``) instead of sending back to back."""
+        return bool(str(getattr(self.environment.parsed_options, "request_rate", "") or "").strip())
+
+    def arrival_segment(self, rate0: float, rate1: float, ramp_s: float = 0.0, key: int = 0) -> dict:
+        """A schedule for the run state, starting now. On a master it names the workers that share
+        it, each with its slice, so the rate is the total over all of them."""
+        options = self.environment.parsed_options
+        runner = self.environment.runner
+        senders = None
+        if isinstance(runner, MasterRunner):
+            ids = sorted(c.id for c in runner.clients.all if c.state != "missing")
+            senders = {node: i for i, node in enumerate(ids)}
+        Segment(time.time(), rate0, rate1, ramp_s, key)  # refuses bad rates here, on the deciding side
+        return dict(epoch_s=time.time(), rate0=rate0, rate1=rate1, ramp_s=ramp_s, key=key,
+                    seed=int(options.seed), burstiness=float(options.burstiness), senders=senders)
+
+    def follow_arrivals(self) -> None:
+        """Point this process's pacer at the schedule in the run state (its own slice of it)."""
+        a = self.state.arrivals
+        if not a or not self.records_samples:
+            self.pacer.set_segment(None)
+            return
+        index, count = 0, 1
+        if a.get("senders") is not None:
+            me = getattr(self.environment.runner, "client_id", None)
+            if me not in a["senders"]:
+                if not self._unscheduled_said:
+                    self._unscheduled_said = True
+                    logger.warning("this worker joined after the request rate was set: it sends nothing until the next step")
+                self.pacer.set_segment(None)
+                return
+            index, count = a["senders"][me], len(a["senders"])
+        segment = Segment(a["epoch_s"], a["rate0"], a["rate1"], a.get("ramp_s") or 0.0, a.get("key") or 0)
+        self.pacer.set_segment(segment, int(a.get("seed") or 0), float(a.get("burstiness") or 1.0), index, count)
 
     # -- events -------------------------------------------------------------------------------
     def on_test_start(self, environment, **_kwargs) -> None:
@@ -196,12 +253,30 @@ class VllmPlugin:
                 self.publish(phase=WARMUP if shaped and float(options.step_warmup) > 0 else MEASURED)
             self.started_s = self.started_s or time.time()
             self.publish(run_id=options.run_id or new_run_id())
+            if environment.shape_class is None and not self.start_open_loop(options):
+                return
             self.flushed = set()
         if self.records_samples:
             self.recorder = SampleRecorder(options.samples_dir or None, self.worker_id)
             self.measured_lag_ms = []
             self.audit = ClientAudit(self.client_row, self.audit_labels)
             self.audit.start()
+
+    def start_open_loop(self, options) -> bool:
+        """Without the steps shape (web UI, -u/-r): one rate for the whole run, the users its cap."""
+        try:
+            rates = parse_rates(getattr(options, "request_rate", ""))
+            if len(rates) > 1:
+                raise ValueError(f"--request-rate {options.request_rate}: several rates are steps, and steps need "
+                                 "--request-rate on the command line (or LOCUST_REQUEST_RATE) when Locust starts")
+            if rates:
+                self.publish(request_rate=rates[0], arrivals=self.arrival_segment(rates[0], rates[0]))
+            else:
+                self.publish(request_rate=None, arrivals=None)
+        except ValueError as err:
+            self.fail_run(str(err))
+            return False
+        return True
 
     def on_spawning_complete(self, user_count, **_kwargs) -> None:
         # Without a shape, the concurrency of a sample is the user count the runner settled on.
@@ -248,6 +323,7 @@ class VllmPlugin:
             self.audit.stop()
             self.warn_if_late()
         self.close_recorder()
+        self.pacer.set_segment(None)
         if isinstance(runner, WorkerRunner):
             self.flush_to_master(runner)
         if self.deciding and self.started_s is not None:

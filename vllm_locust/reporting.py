@@ -28,10 +28,12 @@ class RequestInfo:
     step: int | None
     sent_at_s: float  # unix seconds
     sent_perf_s: float  # perf_counter seconds, same instant
+    request_rate: float | None = None  # open loop: the arrival rate it was sent at
 
 
 # The order ``close`` builds sample rows in; checked against the schema once, at import.
-SAMPLE_ORDER = ("run_id", "worker_id", "request_id", "metric", "value_ms", "t_s", "phase", "concurrency", "step", "tokens")
+SAMPLE_ORDER = ("run_id", "worker_id", "request_id", "metric", "value_ms", "t_s", "phase", "concurrency", "step", "tokens",
+                "request_rate")
 if names_of(SampleRow) != SAMPLE_ORDER:  # pragma: no cover - fails loudly if the schema changes
     raise ImportError(f"reporting.SAMPLE_ORDER is out of date with schema.SampleRow: {names_of(SampleRow)}")
 
@@ -74,4 +76,4 @@ class RequestReport:
         i = self.info
         offset = i.sent_at_s - i.sent_perf_s  # perf_counter -> unix seconds
         return [(i.run_id, i.worker_id, i.request_id, metric, round(value, 4), round(end + offset, 6),
-                 i.phase, i.concurrency, i.step, tokens) for metric, value, end, tokens in self.rows]
+                 i.phase, i.concurrency, i.step, tokens, i.request_rate) for metric, value, end, tokens in self.rows]

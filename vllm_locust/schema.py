@@ -95,6 +95,7 @@ class SampleRow:
     concurrency: int | None
     step: int | None
     tokens: int | None = None
+    request_rate: float | None = None  # open loop: the arrival rate (requests/s) the request was sent at
 
 
 @dataclass(slots=True)
@@ -114,7 +115,12 @@ class ClientRow:
 
 @dataclass(slots=True)
 class RequestRow:
-    """One request. ``sent_at_s``: unix seconds when its first byte left; tokens from ``usage``."""
+    """One request. ``sent_at_s``: unix seconds when its first byte left; tokens from ``usage``.
+
+    Open loop only (``--request-rate``; empty in closed loop): ``intended_at_s`` when the schedule
+    meant it to leave, ``lateness_ms`` from that instant to the actual send (latency from the
+    intended instant is ``lateness_ms`` plus ``ttft_ms`` or ``e2e_ms``), ``queue_ms`` the part of
+    it spent waiting for a free user (the cap on requests in flight), ``request_rate`` the rate."""
 
     run_id: str
     worker_id: str
@@ -135,7 +141,15 @@ class RequestRow:
     phase: str
     concurrency: int | None
     step: int | None
+    intended_at_s: float | None = None
+    lateness_ms: float | None = None
+    queue_ms: float | None = None
+    request_rate: float | None = None
 
+
+# Columns a run recorded before they existed is read without (the analysis fills them empty).
+OPTIONAL_SAMPLE_COLUMNS = ("tokens", "request_rate")
+OPTIONAL_REQUEST_COLUMNS = ("intended_at_s", "lateness_ms", "queue_ms", "request_rate")
 
 SAMPLE = Columns(*names_of(SampleRow))
 CLIENT = Columns(*names_of(ClientRow))
@@ -152,6 +166,7 @@ class PhaseChange:
     phase: str
     concurrency: int | None
     step: int | None
+    request_rate: float | None = None
 
 
 @dataclass
@@ -193,6 +208,7 @@ class RunRecord:
     finished_at: str
     versions: dict
     params: dict = field(default_factory=dict)
+    request_rate: float | None = None  # open loop: requests/s asked (concurrency is then the in-flight cap)
 
 
 @dataclass
@@ -254,7 +270,15 @@ def read_record(row_type, path: str | Path):
 
 # -- derived frames (the analysis's outputs) ----------------------------------------------------
 # Identity columns the analysis adds to every raw row: which label (profile), run, repeat.
-IDS = Columns("run_key", "profile", "repeat", "concurrency", "step")
+IDS = Columns("run_key", "profile", "repeat", "concurrency", "step", "request_rate")
+# A load level: the request rate (open loop; 0 in closed loop) and the concurrency (closed loop:
+# streams; open loop: the cap on requests in flight). Frames group by profile and these.
+LEVEL = (IDS.request_rate, IDS.concurrency)
+
+
+def level_name(request_rate, concurrency) -> str:
+    """``c=64`` (closed loop) or ``rate=4/s`` (open loop): how a load level is written for a person."""
+    return f"rate={float(request_rate):g}/s" if request_rate and float(request_rate) > 0 else f"c={int(concurrency)}"
 
 
 def pct_col(metric: str, q: int) -> str:
@@ -267,7 +291,7 @@ def mean_col(metric: str) -> str:
 
 
 SUMMARY = Columns(
-    "profile", "concurrency", "repeats", "requests", "failures", "interrupted",
+    "profile", "request_rate", "concurrency", "repeats", "requests", "failures", "interrupted",
     pct_col(TTFT, 50), pct_col(TTFT, 95), pct_col(TTFT, 99), mean_col(TTFT),
     pct_col(ITL, 50), pct_col(ITL, 95), pct_col(ITL, 99), mean_col(ITL),
     pct_col(TPOT, 50), pct_col(TPOT, 95), pct_col(E2E, 50), pct_col(E2E, 95),
@@ -282,18 +306,28 @@ SUMMARY = Columns(
     "client_minus_server_ttft_ms", "client_minus_server_itl_ms",
     # the client's audit of itself (worst run of the point): can these numbers be trusted?
     "client_loop_lag_p99_ms", "client_cpu_max_pct", "client_spawn_to_send_max_ms", "client_trusted",
+    # open loop (request_rate > 0): latency from the instant the schedule meant each request to
+    # leave, how late requests left (and how much of that waited for a free user), and whether the
+    # run delivered the asked load (send lateness p99 within --max-send-lateness-ms)
+    pct_col("TTFT_FROM_INTENDED", 50), pct_col("TTFT_FROM_INTENDED", 95),
+    pct_col("E2E_FROM_INTENDED", 50), pct_col("E2E_FROM_INTENDED", 95),
+    "p50_send_lateness_ms", "p95_send_lateness_ms", "p99_send_lateness_ms", "max_send_lateness_ms",
+    "mean_client_queue_ms", "p95_client_queue_ms", "queued_requests", "load_delivered",
+    # goodput (--slo): the share of requests that met every SLO, and that share's throughput
+    "slo", "slo_met_share", "goodput_requests_per_s", "goodput_tokens_per_s",
 )
 # Per-run figures that the summary aggregates over repeats.
-PER_RUN = Columns("run_key", "profile", "concurrency", "step", "repeat", "output_tokens_per_s", "requests_per_s",
+PER_RUN = Columns("run_key", "profile", "request_rate", "concurrency", "step", "repeat", "output_tokens_per_s",
+                  "requests_per_s", "goodput_requests_per_s", "goodput_tokens_per_s",
                   "window_start_s", "window_end_s", "max_num_requests_running", "max_num_requests_waiting",
                   "mean_kv_cache_usage", "preemptions", "prefix_cache_hit_rate", "server_queue_ms",
                   "server_prefill_ms", "server_decode_ms", "server_ttft_mean_ms", "server_itl_mean_ms",
                   "server_p95_ttft_ms", "server_p95_itl_ms", "client_loop_lag_p99_ms", "client_cpu_max_pct",
                   "client_spawn_to_send_max_ms", "client_trusted")
-COMPARISON = Columns("profile", "concurrency", "metric", "change_pct", "ci_low_pct", "ci_high_pct")
-VERDICT = Columns("profile", "concurrency", "beats", "p95_ttft_change_pct", "p95_itl_change_pct",
-                  "throughput_change_pct", "trusted", "why")
-FAILURES = Columns("profile", "concurrency", "error", "count")
+COMPARISON = Columns("profile", "request_rate", "concurrency", "metric", "change_pct", "ci_low_pct", "ci_high_pct")
+VERDICT = Columns("profile", "request_rate", "concurrency", "beats", "p95_ttft_change_pct", "p95_itl_change_pct",
+                  "throughput_change_pct", "goodput_change_pct", "trusted", "why")
+FAILURES = Columns("profile", "request_rate", "concurrency", "error", "count")
 SERVER = Columns("t_s", "name", "labels", "value")  # metrics.csv: one row per scrape and series
 
 # vLLM's own metric names (its /metrics), as the scraper stores and the analysis reads them.
@@ -344,13 +378,18 @@ def load_record_file(directory: str | Path, run_id: str) -> Path:
     return Path(directory) / f"{LOAD_RECORD_PREFIX}{safe_name(run_id)}.json"
 
 
-def sweep_run_dir(out: str | Path, label: str, concurrency: int, repeat: int) -> Path:
-    """``OUT/<profile or label>/c<concurrency>/r<repeat>``."""
-    return Path(out) / label / f"c{concurrency}" / f"r{repeat}"
+def level_dir(concurrency: int, request_rate: float | None = None) -> str:
+    """``c<concurrency>`` (closed loop) or ``rate<requests/s>`` (open loop)."""
+    return f"rate{float(request_rate):g}" if request_rate else f"c{concurrency}"
 
 
-def sweep_run_id(label: str, concurrency: int, repeat: int) -> str:
-    return f"{label}-c{concurrency}-r{repeat}"
+def sweep_run_dir(out: str | Path, label: str, concurrency: int, repeat: int, request_rate: float | None = None) -> Path:
+    """``OUT/<profile or label>/c<concurrency>/r<repeat>`` (open loop: ``.../rate<R>/r<repeat>``)."""
+    return Path(out) / label / level_dir(concurrency, request_rate) / f"r{repeat}"
+
+
+def sweep_run_id(label: str, concurrency: int, repeat: int, request_rate: float | None = None) -> str:
+    return f"{label}-{level_dir(concurrency, request_rate)}-r{repeat}"
 
 
 def server_dir(out: str | Path, label: str, external: bool, stamp: str) -> Path:

@@ -1,21 +1,25 @@
-"""Fixed concurrency steps: for each step a warm-up, whose samples are discarded, then a measured period.
+"""Load steps: for each step a warm-up, whose samples are discarded, then a measured period.
 
-Users run closed-loop with no wait, so users = concurrent streams. ``locustfile.py`` always
-defines the shape; the plugin drops it at init unless ``steps`` is set (on the command line, in
-``LOCUST_STEPS`` or in a ``locust.conf``), so plain ``-u/-r`` ramping works otherwise.
+Closed loop (``--steps 32,64,128``): users run with no wait, so users = concurrent streams.
+Open loop (``--request-rate 1,2,4``): ``--max-concurrency`` users take arrivals from the run's
+shared schedule (``arrivals.py``), so each step holds a request rate; with ``--rate-ramp`` each
+step's measured period ramps the rate linearly to the next one. ``locustfile.py`` always defines
+the shape; the plugin drops it at init unless ``steps`` or ``request_rate`` is set (on the
+command line, in ``LOCUST_*`` or in a ``locust.conf``), so plain ``-u/-r`` ramping works otherwise.
 """
 
 from __future__ import annotations
 
 from locust import LoadTestShape
 
-from .options import parse_steps
+from .arrivals import parse_rates
+from .options import as_bool, parse_steps
 from .plugin import VllmPlugin
 from .schema import MEASURED, WARMUP
 
 
-def schedule_at(t_s: float, steps: list[int], warmup_s: float, duration_s: float):
-    """``(step_index, users, phase)`` at ``t_s`` seconds into the run, or ``None`` once all steps ran."""
+def schedule_at(t_s: float, steps: list, warmup_s: float, duration_s: float):
+    """``(step_index, level, phase)`` at ``t_s`` seconds into the run, or ``None`` once all steps ran."""
     period = warmup_s + duration_s
     if period <= 0:
         raise ValueError("--step-warmup plus --step-duration must be positive")
@@ -26,8 +30,20 @@ def schedule_at(t_s: float, steps: list[int], warmup_s: float, duration_s: float
     return index, steps[index], phase
 
 
+def rate_segment(rates: list[float], index: int, phase: str, ramp: bool, duration_s: float) -> tuple:
+    """``(rate0, rate1, ramp_s, key)`` of the arrival schedule for a step's phase: the step's rate
+    held through warm-up and measured period, or with ``ramp`` held in warm-up, then ramped to
+    the next rate over the measured period. ``key`` numbers the schedules of the run."""
+    if not ramp:
+        return rates[index], rates[index], 0.0, index
+    if phase == WARMUP:
+        return rates[index], rates[index], 0.0, 2 * index
+    return rates[index], rates[index + 1], duration_s, 2 * index + 1
+
+
 class ConcurrencySteps(LoadTestShape):
-    """Holds ``--steps`` users for ``--step-warmup`` + ``--step-duration`` seconds each, in order."""
+    """Holds each step (``--steps`` users, or a ``--request-rate``) for ``--step-warmup`` +
+    ``--step-duration`` seconds, in order."""
 
     # -u/-r/-t keep their meaning when the plugin drops the shape (no --steps), so Locust must
     # not warn that they are ignored.
@@ -36,16 +52,31 @@ class ConcurrencySteps(LoadTestShape):
     def reset_time(self):
         super().reset_time()
         self._last = None
+        self._segment = None
 
     def tick(self):
         environment = self.runner.environment
         options = environment.parsed_options
-        now = schedule_at(self.get_run_time(), parse_steps(options.steps),
-                          float(options.step_warmup), float(options.step_duration))
+        warmup_s, duration_s = float(options.step_warmup), float(options.step_duration)
+        rates = parse_rates(options.request_rate)
+        if rates:
+            ramp = as_bool(options.rate_ramp) and len(rates) > 1
+            now = schedule_at(self.get_run_time(), rates[:-1] if ramp else rates, warmup_s, duration_s)
+            users = int(options.max_concurrency)
+        else:
+            now = schedule_at(self.get_run_time(), parse_steps(options.steps), warmup_s, duration_s)
+            users = now[1] if now else 0
         if now is None:
             return None
-        index, users, phase = now
+        index, _level, phase = now
         if now != getattr(self, "_last", None):
             self._last = now
-            VllmPlugin.of(environment).publish(step=index, concurrency=users, phase=phase)
+            plugin = VllmPlugin.of(environment)
+            changes = dict(step=index, concurrency=users, phase=phase)
+            if rates:
+                segment = rate_segment(rates, index, phase, ramp, duration_s)
+                if segment != getattr(self, "_segment", None):
+                    self._segment = segment
+                    changes.update(request_rate=rates[index], arrivals=plugin.arrival_segment(*segment))
+            plugin.publish(**changes)
         return users, users

@@ -19,6 +19,7 @@ from locust.exception import StopUser
 from .client import RequestFailure, ServerCheckError, describe_error, is_client_error
 from .context import LoadContext
 from .metrics import E2E, TPOT, StreamTimer, ms_between
+from .pacer import Arrival
 from .plugin import VllmPlugin
 from .reporting import RequestReport, RequestInfo
 from .schema import INTERRUPTED, RequestRow
@@ -64,11 +65,11 @@ class ChatStreamUser(User):
 
     def _request_info(self, ctx: LoadContext, labels: tuple) -> RequestInfo:
         """Identity and labels of the request now on the wire (the send hook has stamped it)."""
-        run_id, phase, concurrency, step = labels
+        run_id, phase, concurrency, step, request_rate = labels
         worker_id = self.plugin.worker_id
         return RequestInfo(run_id=run_id, worker_id=worker_id, request_id=f"{worker_id}:{next(_request_numbers)}",
                            request_type=ctx.spec.endpoint, phase=phase, concurrency=concurrency, step=step,
-                           sent_at_s=self.wire.sent_at_s, sent_perf_s=self.wire.sent_perf_s)
+                           sent_at_s=self.wire.sent_at_s, sent_perf_s=self.wire.sent_perf_s, request_rate=request_rate)
 
     @task
     def stream_completion(self):
@@ -80,9 +81,12 @@ class ChatStreamUser(User):
             plugin.workload_failed(err)
             raise StopUser() from None
         resource = client.completions if ctx.spec.endpoint == "completions" else client.chat.completions
+        # Open loop: wait for this process's next arrival (at once when it is already due).
+        arrival = plugin.pacer.claim() if plugin.open_loop else None
         state = plugin.state
         # Labels come from the state in force when the request is sent, not when it ends.
-        labels = (state.run_id or self.environment.parsed_options.run_id or "run", state.phase, state.concurrency, state.step)
+        labels = (state.run_id or self.environment.parsed_options.run_id or "run", state.phase, state.concurrency,
+                  state.step, state.request_rate if arrival is not None else None)
         prompt, rendered = ctx.next_request(labels[0])
         body = request_body(ctx, rendered)
         audit = plugin.audit
@@ -108,22 +112,25 @@ class ChatStreamUser(User):
                 raise RequestFailure(f"stream finished ({result.finish_reason}) without any content")
         except GreenletExit:
             # The run stopped mid-stream: keep the row (its TTFT was counted), marked as interrupted.
-            self._finish(report, timer, ctx, prompt, labels, result, RequestFailure(INTERRUPTED), time.perf_counter())
+            self._finish(report, timer, ctx, prompt, labels, result, RequestFailure(INTERRUPTED), time.perf_counter(),
+                         arrival)
             raise
         except Exception as err:  # every failure becomes a Locust failure with its own message
             error = RequestFailure(describe_error(err, float(self.environment.parsed_options.read_timeout)))
             if is_client_error(err):
                 logger.exception("%s", error)
-        self._finish(report, timer, ctx, prompt, labels, result, error, time.perf_counter())
+        self._finish(report, timer, ctx, prompt, labels, result, error, time.perf_counter(), arrival)
 
     def _finish(self, report: RequestReport | None, timer: StreamTimer | None, ctx: LoadContext, prompt,
-                labels: tuple, result: StreamResult, error: Exception | None, end_perf: float) -> None:
+                labels: tuple, result: StreamResult, error: Exception | None, end_perf: float,
+                arrival: Arrival | None = None) -> None:
         """Report the per-request metrics (or the failure) and write the request's rows."""
         if report is None:  # no content arrived: the request still has a row
             report = RequestReport(self.environment, self.plugin.recorder, self._request_info(ctx, labels))
             timer = StreamTimer(report.info.sent_perf_s)
         info = report.info
-        if not self.first_sent and self.plugin.audit is not None:
+        # spawn-to-send measures a closed-loop user's start; an open-loop user waits for its arrival
+        if not self.first_sent and self.plugin.audit is not None and arrival is None:
             self.plugin.audit.spawn_to_send(ms_between(self.spawned_perf_s, info.sent_perf_s))
         self.first_sent = True
         tokens = result.completion_tokens if result.completion_tokens is not None else result.content_chunks
@@ -144,7 +151,18 @@ class ChatStreamUser(User):
             content_chunks=result.content_chunks, finish_reason=result.finish_reason,
             error="" if error is None else str(error),
             phase=info.phase, concurrency=info.concurrency, step=info.step,
+            **open_loop_columns(arrival, info),
         ))
+
+
+def open_loop_columns(arrival: Arrival | None, info: RequestInfo) -> dict:
+    """``RequestRow``'s open-loop columns: when the request was due, how late it left, how long of
+    that it waited for a free user."""
+    if arrival is None:
+        return {}
+    return dict(intended_at_s=round(arrival.intended_at_s, 6),
+                lateness_ms=round((info.sent_perf_s - arrival.intended_perf_s) * 1000.0, 4),
+                queue_ms=round(arrival.queue_ms, 4), request_rate=info.request_rate)
 
 
 def rounded(value: float | None) -> float | None:

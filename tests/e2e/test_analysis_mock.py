@@ -142,9 +142,9 @@ def test_a_client_that_fell_behind_makes_its_runs_and_verdict_untrusted(two_spee
     proc = analyse(moved)
     assert proc.returncode == 0, proc.stderr
     assert "untrusted: fast c=4: client event-loop lag p99 5.00 ms" in proc.stdout, proc.stdout
-    assert "fast: " in proc.stdout and "(UNTRUSTED at concurrency 4" in proc.stdout, proc.stdout
+    assert "fast: " in proc.stdout and "(UNTRUSTED at c=4" in proc.stdout, proc.stdout
     summary = pd.read_csv(moved / "summary.csv").set_index("profile")
     assert summary.loc["fast", "client_trusted"] == False and summary.loc["fast", "client_loop_lag_p99_ms"] == 5.0  # noqa: E712
     verdict = pd.read_csv(moved / "verdict.csv")
     assert verdict["why"].str.startswith("UNTRUSTED").all() and (verdict["trusted"] == False).all()  # noqa: E712
-    assert "UNTRUSTED at concurrency 4" in (moved / "report.md").read_text()
+    assert "UNTRUSTED at c=4" in (moved / "report.md").read_text()

@@ -60,8 +60,9 @@ def test_failed_requests_leave_latency_percentiles_and_are_counted_by_kind():
     samples = pd.DataFrame({"run_key": ["a/c1/r1"] * 3, "request_id": ["q1", "q2", "q2"], "metric": ["TTFT"] * 3,
                             "value_ms": [10.0, 900.0, 1.0], "profile": ["a"] * 3, "concurrency": [1] * 3})
     requests = pd.DataFrame({"run_key": ["a/c1/r1"] * 2, "request_id": ["q1", "q2"], "profile": ["a"] * 2,
-                             "concurrency": [1, 1], "error": [None, "connection failed: X"]})
+                             "request_rate": [0.0, 0.0], "concurrency": [1, 1], "error": [None, "connection failed: X"]})
     kept = successful_samples(samples, requests)
     assert kept["request_id"].tolist() == ["q1"], "a failed request's partial samples are left out"
     table = failure_table(requests)
-    assert table.to_dict("records") == [{"profile": "a", "concurrency": 1, "error": "connection failed: X", "count": 1}]
+    assert table.to_dict("records") == [{"profile": "a", "request_rate": 0.0, "concurrency": 1,
+                                         "error": "connection failed: X", "count": 1}]

@@ -75,14 +75,15 @@ def _samples(profile, scale, repeats=2, requests=30, seed=0):
     for r in range(1, repeats + 1):
         for i in range(requests):
             rid = f"{profile}-{r}-{i}"
-            rows.append((profile, 4, r, rid, "TTFT", scale * rng.uniform(90, 110)))
-            rows += [(profile, 4, r, rid, "ITL", scale * rng.uniform(9, 11)) for _ in range(5)]
-            rows += [(profile, 4, r, rid, m, scale * 50) for m in ("TPOT", "E2E")]
-    return pd.DataFrame(rows, columns=["profile", "concurrency", "repeat", "request_id", "metric", "value_ms"])
+            rows.append((profile, 0.0, 4, r, rid, "TTFT", scale * rng.uniform(90, 110)))
+            rows += [(profile, 0.0, 4, r, rid, "ITL", scale * rng.uniform(9, 11)) for _ in range(5)]
+            rows += [(profile, 0.0, 4, r, rid, m, scale * 50) for m in ("TPOT", "E2E")]
+    return pd.DataFrame(rows, columns=["profile", "request_rate", "concurrency", "repeat", "request_id", "metric", "value_ms"])
 
 
 def _runs(profile, tok_s):
-    return pd.DataFrame({"profile": profile, "concurrency": 4, "repeat": [1, 2], "output_tokens_per_s": tok_s})
+    return pd.DataFrame({"profile": profile, "request_rate": 0.0, "concurrency": 4, "repeat": [1, 2],
+                         "output_tokens_per_s": tok_s})
 
 
 @pytest.mark.parametrize("scale,tput,beats,why", [

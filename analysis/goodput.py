@@ -1,0 +1,118 @@
+"""Goodput: the requests that met every SLO, as a share and per second (``--slo ttft:500,itl:50``).
+
+Thresholds are per request, in ms, any subset of:
+
+- ``ttft``: the request's TTFT. In open loop it counts from the instant the schedule meant the
+  request to leave (``lateness_ms`` + ``ttft_ms``): a user whose request waited in the client
+  for a free slot waited that long for the first token too.
+- ``itl``: the request's own p95 inter-token gap. Not every gap: one scheduler hiccup among 128
+  gaps would fail a request whose stream read smoothly, and not the mean, which hides a stream
+  that stalls for a tenth of its length. p95 per request fails a request when one gap in twenty
+  is slow, which a reader sees.
+- ``tpot``: (E2E - TTFT) / (tokens - 1), vLLM's ``bench serve --goodput`` measure.
+- ``e2e``: the request's E2E, from the intended instant in open loop, like ``ttft``.
+
+A failed request meets no SLO; a request the run's end cut off is left out (neither).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from vllm_locust.schema import IDS, ITL, REQUEST, SAMPLE
+
+from .tidy import failed, succeeded
+
+SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
+
+
+@dataclass(frozen=True)
+class Slo:
+    limits_ms: tuple[tuple[str, float], ...]
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}:{v:g}" for k, v in self.limits_ms)
+
+
+def parse_slo(text: str | None) -> Slo | None:
+    """``"ttft:500,itl:50"`` -> ``Slo``; empty: none. A bad entry names the flag and the metrics."""
+    if not text:
+        return None
+    limits = {}
+    for part in str(text).replace(" ", "").split(","):
+        if not part:
+            continue
+        name, _, value = part.partition(":")
+        try:
+            limit = float(value)
+        except ValueError:
+            limit = float("nan")
+        if name.lower() not in SLO_METRICS or not limit > 0:
+            raise ValueError(f"--slo {text!r}: expected metric:ms pairs such as ttft:500,itl:50 "
+                             f"(metrics: {', '.join(SLO_METRICS)}; ms > 0)")
+        limits[name.lower()] = limit
+    if not limits:
+        raise ValueError(f"--slo {text!r}: no thresholds")
+    return Slo(tuple(sorted(limits.items(), key=lambda kv: SLO_METRICS.index(kv[0]))))
+
+
+def request_p95_itl(samples: pd.DataFrame) -> pd.Series:
+    """Each request's own p95 ITL, indexed by (run_key, request_id)."""
+    itl = samples[samples[SAMPLE.metric] == ITL]
+    return itl.groupby([IDS.run_key, SAMPLE.request_id])[SAMPLE.value_ms].quantile(0.95)
+
+
+def from_intended(requests: pd.DataFrame, column: str) -> pd.Series:
+    """A latency from the intended send instant (open loop), or from the actual send (closed loop)."""
+    late = requests[REQUEST.lateness_ms] if REQUEST.lateness_ms in requests else 0.0
+    return requests[column] + (late.fillna(0.0) if isinstance(late, pd.Series) else late)
+
+
+def met_slo(requests: pd.DataFrame, samples: pd.DataFrame, slo: Slo) -> pd.Series:
+    """Per request row (same index): did it succeed and meet every threshold of ``slo``."""
+    ok = pd.Series(False, index=requests.index)
+    good = succeeded(requests)
+    if good.empty:
+        return ok
+    meets = pd.Series(True, index=good.index)
+    limits = dict(slo.limits_ms)
+    if "ttft" in limits:
+        meets &= from_intended(good, REQUEST.ttft_ms) <= limits["ttft"]
+    if "e2e" in limits:
+        meets &= from_intended(good, REQUEST.e2e_ms) <= limits["e2e"]
+    if "tpot" in limits:
+        tokens = good[REQUEST.completion_tokens].fillna(good[REQUEST.content_chunks])
+        tpot = (good[REQUEST.e2e_ms] - good[REQUEST.ttft_ms]) / (tokens - 1).where(tokens > 1)
+        meets &= tpot.fillna(0.0) <= limits["tpot"]  # one token: no TPOT to miss
+    if "itl" in limits:
+        p95 = request_p95_itl(samples)
+        keys = pd.MultiIndex.from_arrays([good[IDS.run_key], good[REQUEST.request_id]])
+        per_request = pd.Series(p95.reindex(keys).to_numpy(), index=good.index)
+        meets &= per_request.fillna(0.0) <= limits["itl"]  # one chunk: no gap to miss
+    ok.loc[good.index] = meets
+    return ok
+
+
+def goodput(requests: pd.DataFrame, samples: pd.DataFrame, slo: Slo | None, duration_s: float) -> dict:
+    """``slo_met_share`` over succeeded and failed requests, and goodput in requests/s and tokens/s."""
+    nan = float("nan")
+    if slo is None:
+        return {"slo": "", "slo_met_share": nan, "goodput_requests_per_s": nan, "goodput_tokens_per_s": nan}
+    counted = pd.concat([succeeded(requests), failed(requests)])
+    met = met_slo(counted, samples, slo)
+    good = counted[met]
+    tokens = float(good[REQUEST.completion_tokens].fillna(good[REQUEST.content_chunks]).sum()) if len(good) else 0.0
+    share = float(met.mean()) if len(counted) else nan
+    per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: nan)
+    return {"slo": str(slo), "slo_met_share": share, "goodput_requests_per_s": per_s(float(len(good))),
+            "goodput_tokens_per_s": per_s(tokens)}
+
+
+def met_groups(requests: pd.DataFrame, samples: pd.DataFrame, slo: Slo) -> list[list[np.ndarray]]:
+    """Per repeat, per request: 1.0 if it met the SLO (the bootstrap's units for the share)."""
+    counted = pd.concat([succeeded(requests), failed(requests)])
+    met = met_slo(counted, samples, slo).astype(float)
+    return [[np.array([v]) for v in met[counted[IDS.repeat] == rep]] for rep in sorted(set(counted[IDS.repeat]))]

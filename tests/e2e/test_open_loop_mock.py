@@ -1,0 +1,116 @@
+"""Open loop against the mock server of known capacity: the asked rate is what is sent (one
+process or several), goodput at a rate the server keeps up with, and a backlog that shows as
+client queue time and latency from the intended send instead of hiding (coordinated omission)."""
+
+import glob
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import start_fake_server
+
+ROOT = Path(__file__).resolve().parents[2]
+LOAD = ["--max-tokens", "10", "--prompt-tokens", "32", "--prompt-pool", "8", "--burstiness", "inf"]
+
+
+def analyse(*args):
+    return subprocess.run([sys.executable, "-m", "analysis", *map(str, args), "--bootstrap", "200"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def capacity_server():
+    # one stream at a time, 20 ms + 9 x 5 ms per request: 15.4 requests/s at most
+    server = start_fake_server()
+    server.configure(ttft_ms=20, itl_ms=5, tokens=10, max_streams=1)
+    yield server
+    server.proc.terminate()
+
+
+@pytest.fixture(scope="module")
+def rate_sweep(capacity_server, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rates")
+    proc = subprocess.run(["bash", str(ROOT / "launch" / "sweep.sh"), "--external-url", capacity_server.url, "--label", "mock",
+                           "--request-rate", "5,40", "--max-concurrency", "1", "--warmup", "1", "--duration", "6",
+                           "--out", str(out), "--", *LOAD], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_rate_sweep_records_intended_and_actual_sends(rate_sweep):
+    for rate in (5, 40):
+        run = rate_sweep / "mock" / f"rate{rate}" / "r1"
+        assert (run / "run.json").exists(), sorted(p.name for p in run.parent.parent.iterdir())
+        requests = pd.concat(pd.read_csv(f) for f in glob.glob(str(run / "requests-*.csv")))
+        assert set(requests["request_rate"]) == {float(rate)}
+        assert requests["intended_at_s"].notna().all() and (requests["lateness_ms"] >= 0).all()
+        assert ((requests["sent_at_s"] - requests["intended_at_s"]) * 1000 >= requests["queue_ms"] - 1).all()
+
+
+def test_goodput_at_a_rate_the_server_keeps_up_with_and_backlog_beyond_it(rate_sweep):
+    proc = analyse(rate_sweep, "--slo", "ttft:200,e2e:1000")
+    assert proc.returncode == 0, proc.stderr
+    summary = pd.read_csv(rate_sweep / "summary.csv").set_index("request_rate")
+    easy, over = summary.loc[5.0], summary.loc[40.0]
+    # 5 requests/s, 200 ms apart, 65 ms each: no request waits, every one meets the SLO
+    assert easy["slo_met_share"] == 1.0 and easy["queued_requests"] == 0, easy.to_dict()
+    assert easy["goodput_requests_per_s"] == pytest.approx(5.0, rel=0.15)
+    assert bool(easy["load_delivered"]) is True
+    # 40 requests/s into one stream of 65 ms: the client can send at most ~15/s; the rest wait
+    assert over["requests_per_s"] < 17, over.to_dict()
+    assert bool(over["load_delivered"]) is False and over["queued_requests"] > 10
+    assert over["p95_ttft_from_intended_ms"] > 10 * over["p95_ttft_ms"], "the backlog is hidden"
+    assert over["slo_met_share"] < 0.5
+    assert "load not delivered: mock rate=40/s" in proc.stdout, proc.stdout
+    assert "goodput mock rate=5/s: 100.0%" in proc.stdout, proc.stdout
+    report = (rate_sweep / "report.md").read_text()
+    assert "Open loop" in report and "Goodput" in report
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_asked_rate_is_the_total_over_all_processes(tmp_path, processes):
+    server = start_fake_server()
+    try:
+        server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url, "--headless",
+               "--only-summary", "--request-rate", "20", "--max-concurrency", "8", "--step-warmup", "0",
+               "--step-duration", "5", "--samples-dir", str(tmp_path), *LOAD]
+        if processes > 1:
+            cmd += ["--processes", str(processes)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    finally:
+        server.proc.terminate()
+    requests = pd.concat(pd.read_csv(f) for f in glob.glob(str(tmp_path / "requests-*.csv")))
+    # a constant rate of 20/s from one shared schedule: every arrival of the first 4.5 s sent, once
+    intended = requests["intended_at_s"].sort_values()
+    assert intended.is_unique
+    assert ((intended - intended.iloc[0]) < 4.5 - 1e-3).sum() == 90, len(requests)
+    gaps = intended.diff().dropna()
+    assert gaps.between(0.0495, 0.0505).all(), gaps.describe()
+    assert requests["worker_id"].nunique() == processes
+
+
+def test_the_search_finds_the_rate_where_a_server_of_known_capacity_saturates(tmp_path):
+    # two streams at once, 65 ms each: 30.8 requests/s at most. Below that, evenly spaced
+    # requests never wait (TTFT 20 ms); above it the backlog grows through the run and p95 TTFT
+    # from the intended send passes 100 ms within seconds.
+    server = start_fake_server()
+    try:
+        server.configure(ttft_ms=20, itl_ms=5, tokens=10, max_streams=2)
+        proc = subprocess.run([sys.executable, "-m", "launch.boundary", "--external-url", server.url, "--label", "mock",
+                               "--slo", "ttft:100", "--start", "4", "--tolerance", "0.15", "--warmup", "1",
+                               "--duration", "5", "--out", str(tmp_path), "--", *LOAD],
+                              capture_output=True, text=True, timeout=600, cwd=ROOT)
+    finally:
+        server.proc.terminate()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = pd.read_csv(tmp_path / "boundary.csv").iloc[0]
+    assert 20 <= row["boundary"] <= 31 < row["first_failing"] * 1.05, row.to_dict()
+    assert (row["first_failing"] - row["boundary"]) / row["boundary"] <= 0.15
+    probes = pd.read_csv(tmp_path / "probes.csv")
+    assert probes.loc[probes["load"] <= 16, "passed"].all() and not probes.loc[probes["load"] >= 40, "passed"].any()
+    assert "mock: highest rate within SLO ttft:100" in proc.stdout

@@ -1,0 +1,107 @@
+"""The arrival schedule's statistics (seeded), its slicing over processes, ramps, and the pacer's
+queue time and intended instants."""
+
+import itertools
+import math
+import time
+
+import gevent
+import numpy as np
+import pytest
+
+from vllm_locust.arrivals import Segment, offsets, parse_rates
+from vllm_locust.pacer import Pacer
+
+
+def gaps(rate, burstiness, n=20000, seed=3):
+    times = [t for _, t in zip(range(n), (t for _, t in offsets(Segment(0.0, rate, rate), seed, burstiness)))]
+    return np.diff([0.0, *times])
+
+
+@pytest.mark.parametrize("rate", [10.0, 100.0, 1000.0])
+@pytest.mark.parametrize("burstiness", [0.5, 1.0, 4.0])
+def test_mean_rate_within_2_percent_and_dispersion_follows_burstiness(rate, burstiness):
+    g = gaps(rate, burstiness)
+    assert abs(1.0 / g.mean() / rate - 1) < 0.02, f"mean rate {1 / g.mean():.2f} for {rate}"
+    # gamma(shape B): coefficient of variation 1/sqrt(B) (Poisson: 1)
+    cv = g.std() / g.mean()
+    assert abs(cv - 1 / math.sqrt(burstiness)) < 0.05 * (1 / math.sqrt(burstiness)), f"cv {cv:.3f} for B={burstiness}"
+
+
+def test_infinite_burstiness_is_a_constant_rate():
+    g = gaps(50.0, math.inf, n=100)
+    assert np.allclose(g, 0.02)
+
+
+def test_seeded_schedule_repeats_and_seeds_differ():
+    a, b, c = gaps(10, 1.0, 50, seed=1), gaps(10, 1.0, 50, seed=1), gaps(10, 1.0, 50, seed=2)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 8])
+def test_slices_of_all_processes_make_exactly_the_whole_schedule(count):
+    segment = Segment(0.0, 20.0, 20.0)
+    whole = [t for _, t in zip(range(400), (t for _, t in offsets(segment, 7, 1.0)))]
+    parts = []
+    for index in range(count):
+        parts += list(itertools.takewhile(lambda kt: kt[0] < 400, offsets(segment, 7, 1.0, index, count)))
+    merged = sorted(parts)
+    assert [k for k, _ in merged] == list(range(400))
+    assert [t for _, t in merged] == whole
+
+
+def test_linear_ramp_sends_the_integral_of_its_rate():
+    # 10 -> 30 requests/s over 100 s: 2,000 arrivals expected, 750 in the first half
+    segment = Segment(0.0, 10.0, 30.0, ramp_s=100.0)
+    times = np.array([t for _, t in zip(range(4000), (t for _, t in offsets(segment, 0, 1.0))) if t < 100.0])
+    assert abs(len(times) / 2000 - 1) < 0.05
+    assert abs((times < 50).sum() / 750 - 1) < 0.07
+    # after the ramp the last rate holds
+    assert segment.expected_by(110.0) == pytest.approx(2000 + 300)
+    assert segment.time_of(segment.expected_by(37.5)) == pytest.approx(37.5)
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "x", "1,,nan", "inf"])
+def test_bad_rates_name_the_flag(text):
+    with pytest.raises(ValueError, match="--request-rate"):
+        parse_rates(text)
+        Segment(0.0, *([float(text)] * 2))
+
+
+def test_rates_parse():
+    assert parse_rates("") == []
+    assert parse_rates("1, 2,4.5") == [1.0, 2.0, 4.5]
+
+
+def test_pacer_reports_the_wait_for_a_free_user_as_queue_time():
+    # The schedule began 10 s ago at 10 requests/s: its first arrivals are long overdue when a
+    # user finally claims them, and the wait is the time since each was due.
+    pacer = Pacer()
+    pacer.set_segment(Segment(time.time() - 10.0, 10.0, 10.0), seed=0, burstiness=math.inf)
+    first, second = pacer.claim(), pacer.claim()
+    assert (first.k, second.k) == (0, 1)
+    # (bounds wide enough for a busy machine: the claims come a few ms after the schedule is set)
+    assert 9900 < first.queue_ms < 15000 and first.queue_ms - second.queue_ms == pytest.approx(100, abs=50)
+    assert second.intended_at_s - first.intended_at_s == pytest.approx(0.1, abs=1e-5)
+
+
+def test_pacer_holds_a_claim_until_its_instant_and_drops_it_when_the_schedule_changes():
+    pacer = Pacer()
+    pacer.set_segment(Segment(time.time() + 30.0, 1.0, 1.0), seed=0, burstiness=math.inf)  # first due in 31 s
+    claimed = []
+    waiter = gevent.spawn(lambda: claimed.append(pacer.claim()))
+    gevent.sleep(0.05)
+    assert not claimed, "an arrival left before its instant"
+    pacer.set_segment(Segment(time.time() - 5.0, 2.0, 2.0, key=1), seed=0, burstiness=math.inf)
+    waiter.join(timeout=5)
+    assert claimed and claimed[0].k == 0 and claimed[0].queue_ms > 4000, "the old schedule's arrival was kept"
+
+
+def test_pacer_without_schedule_waits():
+    pacer = Pacer()
+    waiter = gevent.spawn(pacer.claim)
+    gevent.sleep(0.05)
+    assert not waiter.ready()
+    pacer.set_segment(Segment(time.time() - 1.0, 5.0, 5.0), burstiness=math.inf)
+    assert waiter.get(timeout=5).k == 0

@@ -1,0 +1,106 @@
+"""Open-loop arrivals: when each request is meant to leave, whatever the server is doing.
+
+One seeded schedule for the whole run, shared by every process: the ``k``-th arrival is at the
+same instant on every process, and a process of ``count`` sends only the arrivals with
+``k % count == index``, so the total rate is the asked rate whatever the number of workers.
+
+Inter-arrival gaps follow vLLM's ``bench serve``: gamma with shape ``burstiness`` and mean
+``1 / rate`` (``burstiness`` 1: a Poisson process; larger: steadier; smaller: burstier). A linear
+ramp from ``rate0`` to ``rate1`` uses the same gaps in *operational time* (``Lambda(t)``, the
+expected number of arrivals by ``t``), mapped back to real time by inverting ``Lambda``: the
+standard time-rescaling of a renewal process.
+
+Stdlib only and no gevent: the schedule is arithmetic, ``Pacer`` (``pacer.py``) hands it to users.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Segment:
+    """From ``epoch_s`` (unix seconds, the deciding process's clock): ``rate0`` requests/s, rising
+    (or falling) linearly to ``rate1`` over ``ramp_s`` seconds and holding ``rate1`` after; with
+    ``ramp_s`` 0, ``rate0`` throughout. A segment lasts until the run state replaces it."""
+
+    epoch_s: float
+    rate0: float
+    rate1: float
+    ramp_s: float = 0.0
+    key: int = 0  # the segment's number in the run: it seeds the schedule
+
+    def __post_init__(self):
+        for rate in (self.rate0, self.rate1):
+            if not (rate > 0 and math.isfinite(rate)):
+                raise ValueError(f"--request-rate: rates must be positive numbers, got {rate:g}")
+        if self.ramp_s < 0:
+            raise ValueError(f"a ramp of {self.ramp_s:g} s")
+
+    @property
+    def _ramps(self) -> bool:
+        return self.rate0 != self.rate1 and self.ramp_s > 0
+
+    def expected_by(self, t_s: float) -> float:
+        """``Lambda(t)``: arrivals expected in the first ``t_s`` seconds."""
+        if not self._ramps:
+            return self.rate0 * t_s
+        r = min(t_s, self.ramp_s)
+        ramped = self.rate0 * r + 0.5 * (self.rate1 - self.rate0) / self.ramp_s * r * r
+        return ramped + self.rate1 * max(0.0, t_s - self.ramp_s)
+
+    def time_of(self, expected: float) -> float:
+        """The inverse of ``expected_by``: seconds at which ``expected`` arrivals are due."""
+        if not self._ramps:
+            return expected / self.rate0
+        in_ramp = 0.5 * (self.rate0 + self.rate1) * self.ramp_s
+        if expected >= in_ramp:
+            return self.ramp_s + (expected - in_ramp) / self.rate1
+        slope = (self.rate1 - self.rate0) / self.ramp_s
+        # 0.5 a t^2 + r0 t - L = 0, the root with t >= 0, written to stay exact for small slopes
+        return 2.0 * expected / (self.rate0 + math.sqrt(self.rate0 * self.rate0 + 2.0 * slope * expected))
+
+    def rate_at(self, t_s: float) -> float:
+        if not self._ramps:
+            return self.rate0
+        return self.rate0 + (self.rate1 - self.rate0) * min(max(t_s / self.ramp_s, 0.0), 1.0)
+
+
+def unit_gaps(seed: int, key: int, burstiness: float):
+    """Gaps of mean 1 (gamma, shape ``burstiness``): the same sequence on every process."""
+    if not burstiness > 0:
+        raise ValueError(f"--burstiness {burstiness:g}: must be positive (1: Poisson; larger: steadier)")
+    rng = random.Random(f"vllm-locust-arrivals/{seed}/{key}")
+    if math.isinf(burstiness):
+        while True:
+            yield 1.0
+    while True:
+        yield rng.gammavariate(burstiness, 1.0 / burstiness)
+
+
+def offsets(segment: Segment, seed: int, burstiness: float, index: int = 0, count: int = 1):
+    """Seconds after ``segment.epoch_s`` of this process's arrivals (``k % count == index``), without
+    end: ``(k, offset_s)`` pairs, ``k`` the arrival's number in the segment's schedule."""
+    if not 0 <= index < count:
+        raise ValueError(f"process slice {index} of {count}")
+    expected = 0.0
+    for k, gap in enumerate(unit_gaps(seed, segment.key, burstiness)):
+        expected += gap
+        if k % count == index:
+            yield k, segment.time_of(expected)
+
+
+def parse_rates(text: str) -> list[float]:
+    """``"1,2,4.5"`` -> ``[1.0, 2.0, 4.5]`` requests/s; empty: closed loop (``[]``)."""
+    text = str(text or "").replace(" ", "")
+    if not text:
+        return []
+    try:
+        rates = [float(s) for s in text.split(",") if s]
+    except ValueError:
+        raise ValueError(f"--request-rate {text!r}: expected requests/s such as 4 or 1,2,4,8") from None
+    if any(not (r > 0 and math.isfinite(r)) for r in rates):
+        raise ValueError(f"--request-rate {text!r}: every rate must be a positive number of requests/s")
+    return rates

@@ -1,0 +1,76 @@
+"""``Pacer``: hands this process's slice of the run's arrival schedule to its users, one at a time.
+
+A free user claims the next arrival and sleeps until its intended instant; a user is busy while
+its request streams, so the users are the cap on requests in flight. An arrival that comes due
+while every user is busy waits for one to free: that wait is the request's *client queue time*
+(vLLM's ``bench serve`` calls it the same). Its latency is still measured from the intended
+instant as well as from the actual send (``RequestRow.lateness_ms``), so a backlog cannot hide
+behind the requests that were never sent on time (coordinated omission).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from gevent.event import Event
+
+from .arrivals import Segment, offsets
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    k: int                  # the arrival's number in the run's schedule
+    intended_perf_s: float  # perf_counter() instant it was meant to leave
+    intended_at_s: float    # the same in unix seconds
+    queue_ms: float         # how long it waited for a free user (the cap on requests in flight)
+
+
+class Pacer:
+    """One per process. ``set_segment`` (from the run state) replaces the schedule; ``claim`` blocks
+    until this process's next arrival is due, or until a schedule exists."""
+
+    def __init__(self):
+        self.segment: Segment | None = None
+        self._epoch_perf_s = 0.0
+        self._arrivals = iter(())
+        self._generation = 0
+        self._changed = Event()
+
+    def set_segment(self, segment: Segment | None, seed: int = 0, burstiness: float = 1.0,
+                    index: int = 0, count: int = 1) -> None:
+        """Follow ``segment`` from now on; arrivals claimed under the old one and not yet due are dropped."""
+        if segment == self.segment:
+            return
+        self.segment = segment
+        # The deciding process's epoch in this process's perf_counter (same host: same wall clock).
+        self._epoch_perf_s = time.perf_counter() - (time.time() - segment.epoch_s) if segment else 0.0
+        self._arrivals = offsets(segment, seed, burstiness, index, count) if segment else iter(())
+        self._generation += 1
+        changed, self._changed = self._changed, Event()
+        changed.set()
+
+    @property
+    def active(self) -> bool:
+        return self.segment is not None
+
+    def claim(self) -> Arrival:
+        """The next arrival of this process, returned at its intended instant (or at once when late)."""
+        while True:
+            generation, segment = self._generation, self.segment
+            item = next(self._arrivals, None) if segment is not None else None
+            if item is None:  # no schedule yet: wait for one
+                self._changed.wait()
+                continue
+            k, offset_s = item
+            intended = self._epoch_perf_s + offset_s
+            now = time.perf_counter()
+            if intended > now:
+                # sleep until the instant, woken early (and the arrival void) if the schedule changes
+                if self._changed.wait(intended - now) or self._generation != generation:
+                    continue
+            return Arrival(k=k, intended_perf_s=intended, intended_at_s=segment.epoch_s + offset_s,
+                           queue_ms=max(0.0, (now - intended) * 1000.0))
