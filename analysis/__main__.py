@@ -1,5 +1,9 @@
 """python -m analysis RUNS_DIR [--baseline PROFILE]: summary.csv, comparison.csv, verdict.csv, failures.csv, report.md, report.html.
 
+Every run is also written as vLLM ``bench serve`` result JSON under ``RUNS_DIR/bench-serve/``, and
+``--import-bench FILE.json[:LABEL]`` reads such files (from ``vllm bench serve --save-result
+--save-detailed``) in as a label beside the suite's runs.
+
 Exit codes: 0 done; 1 a gate failed (--fail-unless-beats, --slo-p95-ttft-ms, --slo-p95-itl-ms);
 2 bad input (one line on stderr, no traceback).
 """
@@ -13,6 +17,7 @@ from pathlib import Path
 from vllm_locust.schema import IDS, RUN, SUMMARY, level_name, pct_col
 
 from .attribution import attribution_table
+from .benchjson import export_runs, import_specs
 from .checklist import checklist
 from .load import AnalysisError, load_runs
 from .report import write_reports
@@ -38,6 +43,8 @@ def parse_args(argv):
                                              "(itl: the request's own p95 gap; see analysis/goodput.py)")
     p.add_argument("--rule", choices=["latency", "goodput"], default="latency",
                    help="verdict: latency (p95 TTFT and ITL improve, throughput holds; default) or goodput (needs --slo)")
+    p.add_argument("--import-bench", action="append", default=[], metavar="FILE.json[:LABEL]",
+                   help="a vllm bench serve result (--save-result --save-detailed) as a label; repeat for more")
     p.add_argument("--fail-unless-beats", action="store_true",
                    help="exit 1 unless every candidate beats the baseline at every concurrency")
     p.add_argument("--slo-p95-ttft-ms", type=float, help="exit 1 if a candidate's p95 TTFT exceeds this")
@@ -67,7 +74,8 @@ def main(argv=None) -> int:
             raise AnalysisError(str(err)) from None
         if args.rule == "goodput" and slo is None:
             raise AnalysisError("--rule goodput needs --slo, e.g. --slo ttft:500,itl:50")
-        runs = load_runs(args.runs_dir)
+        imported = import_specs(args.import_bench)
+        runs = load_runs(args.runs_dir, allow_empty=bool(imported)) + imported
         check_same_workload(runs)
         samples, requests, server = tidy_samples(runs), tidy_requests(runs), tidy_server(runs)
         samples = successful_samples(samples, requests)
@@ -87,6 +95,8 @@ def main(argv=None) -> int:
     result = overall(per_level)
     untrusted = untrusted_levels(per_level)
     out = args.runs_dir
+    out.mkdir(parents=True, exist_ok=True)
+    export_runs([r for r in runs if not r.record.get("imported")], out / "bench-serve")
     summary.to_csv(out / "summary.csv", index=False)
     comparison.to_csv(out / "comparison.csv", index=False)
     per_level.to_csv(out / "verdict.csv", index=False)

@@ -162,9 +162,10 @@ def read_recording(directory: Path, label: str) -> list[Run]:
     return runs
 
 
-def load_runs(runs_dir: str | Path) -> list[Run]:
+def load_runs(runs_dir: str | Path, allow_empty: bool = False) -> list[Run]:
     """Every finished run under ``runs_dir``: sweep runs (``run.json``) and plain Locust recordings
-    (``samples-*.csv`` without a run record); ``AnalysisError`` when there is nothing to analyse."""
+    (``samples-*.csv`` without a run record); ``AnalysisError`` when there is nothing to analyse
+    (unless ``allow_empty``: runs come from elsewhere too)."""
     root = Path(runs_dir)
     if not root.is_dir():
         raise AnalysisError(f"{root}: no such directory (give a --samples-dir or the --out of launch/sweep.sh)")
@@ -178,7 +179,7 @@ def load_runs(runs_dir: str | Path) -> list[Run]:
         else:
             label = root.resolve().name if d == root else str(d.relative_to(root))
             runs.extend(read_recording(d, label))
-    if not runs:
+    if not runs and not allow_empty:
         raise AnalysisError(f"{root}: no finished runs (no samples-*.csv, no <profile>/c<N>/r<K>/run.json); "
                             f"record some with locust --samples-dir or launch/sweep.sh --out {root}")
     empty = [r.run_key for r in runs if r.samples.empty or SAMPLE.metric not in r.samples]

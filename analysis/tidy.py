@@ -96,7 +96,7 @@ def tidy_server(runs: list[Run]) -> pd.DataFrame:
 def workload_of(run: Run) -> tuple:
     """What decides a run's load: endpoint, workload, prompt kinds and lengths, output length."""
     req = measured(run.requests)
-    if req.empty:
+    if req.empty or run.record.get("imported"):  # another client's file: its prompts are its own
         return ()
     ok = succeeded(req)
     lengths = tuple(sorted(set(zip(ok[REQUEST.prompt_kind], ok[REQUEST.prompt_tokens].dropna().astype(int))))) if len(ok) else ()

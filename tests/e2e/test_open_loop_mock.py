@@ -114,3 +114,24 @@ def test_the_search_finds_the_rate_where_a_server_of_known_capacity_saturates(tm
     probes = pd.read_csv(tmp_path / "probes.csv")
     assert probes.loc[probes["load"] <= 16, "passed"].all() and not probes.loc[probes["load"] >= 40, "passed"].any()
     assert "mock: highest rate within SLO ttft:100" in proc.stdout
+
+
+def test_runs_go_out_as_bench_serve_json_and_come_back_with_the_same_percentiles(rate_sweep, tmp_path):
+    import json
+
+    assert analyse(rate_sweep).returncode == 0
+    exported = sorted((rate_sweep / "bench-serve").glob("*.json"))
+    assert [p.name for p in exported] == ["mock_rate40_c1_r1.json", "mock_rate5_c1_r1.json"]
+    data = json.loads(exported[1].read_text())
+    assert data["backend"] == "vllm-locust" and data["request_rate"] == 5.0 and data["completed"] == len(data["ttfts"])
+    assert {"median_ttft_ms", "p99_itl_ms", "mean_e2el_ms", "output_throughput", "itls", "input_lens"} <= set(data)
+    assert all(len(gaps) == 9 for gaps in data["itls"]), "10 tokens: 9 gaps per request"
+    empty = tmp_path / "imported"
+    empty.mkdir()
+    proc = analyse(empty, "--import-bench", f"{exported[1]}:back")
+    assert proc.returncode == 0, proc.stderr
+    back = pd.read_csv(empty / "summary.csv").iloc[0]
+    original = pd.read_csv(rate_sweep / "summary.csv").set_index("request_rate").loc[5.0]
+    for column in ("p50_ttft_ms", "p95_ttft_ms", "p50_itl_ms", "p95_itl_ms", "p95_e2e_ms"):
+        assert back[column] == pytest.approx(original[column], abs=1e-3), column
+    assert back["profile"] == "back" and back["requests"] == original["requests"]
