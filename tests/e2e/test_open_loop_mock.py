@@ -135,3 +135,71 @@ def test_runs_go_out_as_bench_serve_json_and_come_back_with_the_same_percentiles
     for column in ("p50_ttft_ms", "p95_ttft_ms", "p50_itl_ms", "p95_itl_ms", "p95_e2e_ms"):
         assert back[column] == pytest.approx(original[column], abs=1e-3), column
     assert back["profile"] == "back" and back["requests"] == original["requests"]
+
+
+def test_a_linear_rate_ramp_sends_the_integral_of_its_rate(tmp_path):
+    server = start_fake_server()
+    try:
+        server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+        proc = subprocess.run([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+                               "--headless", "--only-summary", "--request-rate", "4,12", "--rate-ramp", "--max-concurrency", "8",
+                               "--step-warmup", "2", "--step-duration", "4", "--samples-dir", str(tmp_path), *LOAD],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    finally:
+        server.proc.terminate()
+    requests = pd.concat(pd.read_csv(f) for f in glob.glob(str(tmp_path / "requests-*.csv")))
+    warm = requests[requests["phase"] == "warmup"]["intended_at_s"].sort_values()
+    ramp = requests[requests["phase"] == "measured"]["intended_at_s"].sort_values()
+    # warm-up holds 4/s (250 ms apart); the measured period ramps 4 -> 12/s: 32 arrivals in its 4 s,
+    # 12 in the first half and 20 in the second
+    assert warm.diff().dropna().between(0.249, 0.251).all()
+    t0 = ramp.iloc[0]
+    first, second = ((ramp - t0) < 2.0).sum(), ((ramp - t0 >= 2.0) & (ramp - t0 < 4.0)).sum()
+    assert 30 <= first + second <= 34 and second > first * 1.3, (first, second)
+    assert set(requests["request_rate"]) == {4.0}, "a ramp's samples carry the step's starting rate"
+
+
+def test_a_web_ui_run_at_a_request_rate(tmp_path):
+    import socket
+    import time
+
+    import requests as http
+
+    server = start_fake_server()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ui = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+                           "--web-host", "127.0.0.1", "--web-port", str(port), "--samples-dir", str(tmp_path)],
+                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+        for _ in range(100):
+            try:
+                http.get(base, timeout=1)
+                break
+            except http.ConnectionError:
+                time.sleep(0.1)
+        form = {"user_count": 4, "spawn_rate": 4, "host": server.url, "request_rate": "10", "burstiness": "inf",
+                "max_tokens": "4", "prompt_tokens": "32", "prompt_pool": "8"}
+        assert http.post(base + "/swarm", data=form, timeout=10).json()["success"]
+        deadline = time.time() + 60
+        while len(glob.glob(str(tmp_path / "requests-*.csv"))) == 0 or \
+                sum(1 for f in glob.glob(str(tmp_path / "requests-*.csv")) for _ in open(f)) < 21:
+            assert time.time() < deadline, "no requests from the web UI run"
+            time.sleep(0.2)
+        http.post(base + "/stop", timeout=10)
+        deadline = time.time() + 30
+        while not glob.glob(str(tmp_path / "loadrun-*.json")):
+            assert time.time() < deadline, "the run was not recorded"
+            time.sleep(0.2)
+    finally:
+        ui.terminate()
+        ui.wait(timeout=30)
+        server.proc.terminate()
+    requests = pd.concat(pd.read_csv(f) for f in glob.glob(str(tmp_path / "requests-*.csv")))
+    assert len(requests) >= 20 and set(requests["request_rate"]) == {10.0}
+    gaps = requests["intended_at_s"].sort_values().diff().dropna()
+    assert gaps.between(0.0995, 0.1005).all(), "10 requests/s, evenly spaced (burstiness inf)"
