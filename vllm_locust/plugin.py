@@ -125,6 +125,10 @@ class VllmPlugin:
             # A worker connects before its init event runs, so a state sent in between was dropped
             # ("Unknown message type"): ask for it now that the handler is there.
             environment.runner.send_message(HELLO_MESSAGE, self.worker_id)
+            if getattr(environment.runner, "worker_state", None) in ("spawning", "running"):
+                # Its master's spawn came first, and with it test_start, which found no plugin: run
+                # it now, or this worker's requests go out unrecorded.
+                self.on_test_start(environment)
         if isinstance(environment.runner, MasterRunner):
             environment.runner.register_message(FLUSHED_MESSAGE, self.on_flushed_message)
             environment.runner.register_message(HELLO_MESSAGE, self.on_hello_message)
@@ -215,6 +219,11 @@ class VllmPlugin:
         Segment(time.time(), rate0, rate1, ramp_s, key)  # refuses bad rates here, on the deciding side
         return dict(epoch_s=time.time(), rate0=rate0, rate1=rate1, ramp_s=ramp_s, key=key,
                     seed=int(options.seed), burstiness=float(options.burstiness), senders=senders)
+
+    def arrival_key(self) -> tuple | None:
+        """``(rate0, rate1, ramp_s, key)`` of the schedule in force (``shapes.rate_segment``'s form)."""
+        a = self.state.arrivals
+        return (a["rate0"], a["rate1"], a["ramp_s"], a["key"]) if a else None
 
     def follow_arrivals(self) -> None:
         """Point this process's pacer at the schedule in the run state (its own slice of it)."""

@@ -52,7 +52,6 @@ class ConcurrencySteps(LoadTestShape):
     def reset_time(self):
         super().reset_time()
         self._last = None
-        self._segment = None
 
     def tick(self):
         environment = self.runner.environment
@@ -74,9 +73,10 @@ class ConcurrencySteps(LoadTestShape):
             plugin = VllmPlugin.of(environment)
             changes = dict(step=index, concurrency=users, phase=phase)
             if rates:
+                # A new schedule only when the step asks for another one: a master resets the
+                # shape's clock once more as it starts spawning, and the schedule must not restart.
                 segment = rate_segment(rates, index, phase, ramp, duration_s)
-                if segment != getattr(self, "_segment", None):
-                    self._segment = segment
+                if segment != plugin.arrival_key():
                     changes.update(request_rate=rates[index], arrivals=plugin.arrival_segment(*segment))
             plugin.publish(**changes)
         return users, users

@@ -246,3 +246,26 @@ def test_users_spawned_before_the_plugin_attaches_wait_for_it(fake_server, tmp_p
     user = ChatStreamUser(env)
     user.on_start()
     assert user.plugin is plugin
+
+
+def test_a_worker_told_to_spawn_before_its_plugin_attached_still_records(tmp_path):
+    """Seen with --processes 2 on a loaded machine: the master's spawn (and with it the worker's
+    test_start) came before the worker's init event attached the plugin; that worker's requests
+    went out, but none was written (62 of 122 rows in the raw files)."""
+    from types import SimpleNamespace
+
+    from locust.runners import WorkerRunner
+
+    env = Environment(events=Events(), parsed_options=defaults(samples_dir=str(tmp_path)))
+    runner = WorkerRunner.__new__(WorkerRunner)  # a worker without its master connection
+    sent = []
+    runner.environment, runner.custom_messages, runner.client_id = env, {}, "worker-1"
+    runner.client = SimpleNamespace(send=sent.append)
+    runner.worker_state, runner.greenlet = "spawning", None
+    env.runner = runner
+    plugin = VllmPlugin.on_init(env)
+    try:
+        assert plugin.recorder is not None, "test_start already fired: the plugin must start the recorder itself"
+        assert [m.type for m in sent] == ["vllm_locust_hello"], "and ask the master for the run state it missed"
+    finally:
+        plugin.audit.stop()
