@@ -1,9 +1,13 @@
 """``Pacer``: hands this process's slice of the run's arrival schedule to its users, one at a time.
 
-A free user claims the next arrival and sleeps until its intended instant; a user is busy while
-its request streams, so the users are the cap on requests in flight. An arrival that comes due
-while every user is busy waits for one to free: that wait is the request's *client queue time*
-(vLLM's ``bench serve`` calls it the same). Its latency is still measured from the intended
+One free user at a time holds the *turn*: it takes the next arrival and sleeps until its intended
+instant, then hands the turn to the free user that finished most recently (its keep-alive
+connection is the warmest; handing out arrivals round-robin over hundreds of idle users made
+every request open a new connection, 1 ms late). A user is busy while its request streams, so
+the users are the cap on requests in flight. An arrival that comes due while every user is busy
+waits for one to free: that wait is the request's *client queue time* (vLLM's ``bench serve``
+calls it the same); the rest of its lateness is the client's own (timer wake-up, building the
+request). Its latency is still measured from the intended
 instant as well as from the actual send (``RequestRow.lateness_ms``), so a backlog cannot hide
 behind the requests that were never sent on time (coordinated omission).
 """
@@ -39,6 +43,8 @@ class Pacer:
         self._arrivals = iter(())
         self._generation = 0
         self._changed = Event()
+        self._turn_held = False
+        self._waiting: list[Event] = []  # free users waiting for the turn, most recently freed last
 
     def set_segment(self, segment: Segment | None, seed: int = 0, burstiness: float = 1.0,
                     index: int = 0, count: int = 1) -> None:
@@ -59,6 +65,35 @@ class Pacer:
 
     def claim(self) -> Arrival:
         """The next arrival of this process, returned at its intended instant (or at once when late)."""
+        free_s = time.perf_counter()  # this user is free from now: a wait before this is queue time
+        self._take_turn()
+        try:
+            return self._next(free_s)
+        finally:
+            self._pass_turn()
+
+    def _take_turn(self) -> None:
+        if not self._turn_held:
+            self._turn_held = True
+            return
+        mine = Event()
+        self._waiting.append(mine)
+        try:
+            mine.wait()
+        except BaseException:  # killed while waiting (the run stopped): never strand the turn
+            if mine in self._waiting:
+                self._waiting.remove(mine)
+            else:
+                self._pass_turn()
+            raise
+
+    def _pass_turn(self) -> None:
+        if self._waiting:
+            self._waiting.pop().set()  # LIFO: the turn stays held, by the most recently freed user
+        else:
+            self._turn_held = False
+
+    def _next(self, free_s: float) -> Arrival:
         while True:
             generation, segment = self._generation, self.segment
             item = next(self._arrivals, None) if segment is not None else None
@@ -73,4 +108,4 @@ class Pacer:
                 if self._changed.wait(intended - now) or self._generation != generation:
                     continue
             return Arrival(k=k, intended_perf_s=intended, intended_at_s=segment.epoch_s + offset_s,
-                           queue_ms=max(0.0, (now - intended) * 1000.0))
+                           queue_ms=max(0.0, (free_s - intended) * 1000.0))

@@ -105,3 +105,17 @@ def test_pacer_without_schedule_waits():
     assert not waiter.ready()
     pacer.set_segment(Segment(time.time() - 1.0, 5.0, 5.0), burstiness=math.inf)
     assert waiter.get(timeout=5).k == 0
+
+
+def test_the_most_recently_freed_user_takes_the_next_arrival():
+    # Round-robin over idle users opened a new connection for every request; the turn goes LIFO.
+    pacer = Pacer()
+    pacer.set_segment(Segment(time.time() + 0.05, 100.0, 100.0), seed=0, burstiness=math.inf)
+    got = {}
+
+    def user(name):
+        got[name] = pacer.claim().k
+
+    users = [gevent.spawn(user, name) for name in ("first", "second", "third")]
+    gevent.joinall(users, timeout=10)
+    assert got == {"first": 0, "third": 1, "second": 2}
