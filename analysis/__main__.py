@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     per_level.to_csv(out / "verdict.csv", index=False)
     failure_table(requests).to_csv(out / "failures.csv", index=False)
     md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
-                             overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests, args.max_client_lag_ms),
+                             overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
                              samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted)
     for profile, verdict in sorted(result.items()):
         note = (f" (UNTRUSTED at {', '.join(untrusted[profile])}: the client fell behind or did not send the asked load)"

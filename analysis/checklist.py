@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vllm_locust.schema import PER_RUN
+import numpy as np
+
+from vllm_locust.schema import IDS, PER_RUN, REQUEST
 
 from .load import Run
 from .server import increase
-from .summary import DEFAULT_MAX_CLIENT_LAG_MS, client_audit
+from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, client_audit
 from .tidy import failed, measured, succeeded
 
 
@@ -31,8 +33,17 @@ def _prefix_hit_rate(run: Run) -> float:
     return increase(run.metrics, "vllm:prefix_cache_hits_total") / queries if queries > 0 else 0.0
 
 
-def checklist(runs: list[Run], requests: pd.DataFrame,
-              max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS) -> list[tuple[str, bool | None, str]]:
+def _late_sends(requests: pd.DataFrame, max_send_lateness_ms: float) -> tuple[int, list[str]]:
+    """Open-loop runs, and those whose send lateness p99 exceeded the threshold."""
+    if REQUEST.lateness_ms not in requests:
+        return 0, []
+    sent = requests[requests[REQUEST.lateness_ms].notna()]
+    p99 = sent.groupby(IDS.run_key)[REQUEST.lateness_ms].apply(lambda v: float(np.percentile(v, 99)))
+    return len(p99), [f"{k} (p99 {v:.1f} ms)" for k, v in p99.items() if v > max_send_lateness_ms]
+
+
+def checklist(runs: list[Run], requests: pd.DataFrame, max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS,
+              max_send_lateness_ms: float = DEFAULT_MAX_SEND_LATENESS_MS) -> list[tuple[str, bool | None, str]]:
     """``(item, ok, facts)``; ok is None where the facts cannot settle it."""
     items = []
     vllm = sorted({r.manifest.get("versions", {}).get("vllm") or "external/unknown" for r in runs})
@@ -72,6 +83,12 @@ def checklist(runs: list[Run], requests: pd.DataFrame,
                    f"fell behind in {', '.join(late)}: chunks waited in the client, so its TTFT/ITL there are not "
                    "the server's; rerun with more --workers")
                   + (f"; no audit recorded in {', '.join(unaudited)}" if unaudited else "")))
+    open_loop, short = _late_sends(requests, max_send_lateness_ms)
+    if open_loop:
+        items.append((f"Open loop: the asked rate was delivered (send lateness p99 within {max_send_lateness_ms:g} ms)",
+                      not short, f"every one of {open_loop} run(s)" if not short else
+                      f"not in {', '.join(short)}: requests left late (every user busy, or the client fell behind); "
+                      "raise --max-concurrency or add workers, or read it as the server's saturation"))
     cached = [r.run_key for r in runs if _prefix_hit_rate(r) > 0.1 and "shared-prefix" not in set(r.requests.get("workload", []))]
     items.append(("Prompts did not repeat into the prefix cache", not cached,
                   "hit rate under 10% in every run" if not cached else

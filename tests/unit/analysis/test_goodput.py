@@ -59,3 +59,11 @@ def test_lateness_queue_and_delivery():
 def test_bad_slo_names_the_flag(text):
     with pytest.raises(ValueError, match="--slo"):
         parse_slo(text)
+
+
+def test_the_checklist_says_when_an_open_loop_run_did_not_deliver_its_rate():
+    from analysis.checklist import _late_sends
+
+    req = pd.DataFrame({"run_key": ["a"] * 3 + ["b"] * 3 + ["c"] * 2, "lateness_ms": [1, 2, 3, 1, 2, 900, None, None]})
+    runs, short = _late_sends(req, 10.0)
+    assert runs == 2 and len(short) == 1 and short[0].startswith("b (p99")
