@@ -94,7 +94,6 @@ class BoundarySearch:
     def probe(self, label: str, load: float, repeats: int, served: tuple) -> Probe:
         level = self.level(load)
         for r in range(1, repeats + 1):
-            self.sweep.plan.levels.append(level)  # the progress line counts probes as they come
             self.sweep.run_level(label, level, r, served)
         path = Path(self.sweep.out) / label / level_dir(level[1], level[0])
         try:
@@ -210,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SweepError, ValueError) as err:
         print(f"boundary: {err}", file=sys.stderr)
         return 2
-    sweep = Sweep(args, Plan(plan.labels, [], 1, plan.external))
+    sweep = Sweep(args, Plan(plan.labels, [], 1, plan.external, open_ended=True))
     search = BoundarySearch(sweep, args)
     rows, probe_rows = [], []
     try:

@@ -129,6 +129,7 @@ class Plan:
     levels: list[tuple]  # (request_rate or None, concurrency): a rate is open loop, its concurrency the cap
     repeats: int
     external: str
+    open_ended: bool = False  # a search (launch/boundary.py): the number of runs is not known ahead
 
     @property
     def total(self) -> int:
@@ -240,11 +241,18 @@ class Sweep:
                              f"use another --out, or move that run away to redo it")
         return True
 
+    def counter(self) -> str:
+        """``7 of 12``, or ``7`` in a search whose number of runs is not known ahead."""
+        return f"{self.k}" if self.plan.open_ended else f"{self.k} of {self.plan.total}"
+
     def progress(self, what: str) -> None:
         elapsed = time.time() - self.t0
+        if self.plan.open_ended:
+            log(f"run {self.counter()} ({what}): elapsed {elapsed:.0f}s")
+            return
         per = elapsed / self.done_runs if self.done_runs else self.args.warmup + self.args.duration + 15
         left = (self.plan.total - self.k + 1) * per
-        log(f"run {self.k} of {self.plan.total} ({what}): elapsed {elapsed:.0f}s, about {left:.0f}s left")
+        log(f"run {self.counter()} ({what}): elapsed {elapsed:.0f}s, about {left:.0f}s left")
 
     def fail_run(self, directory: Path, label: str, level: tuple, r: int, reason: str, log_tail: list[str],
                  locust_exit: int | None, started_at: str) -> None:
@@ -314,7 +322,7 @@ class Sweep:
         self.k += 1
         directory = self.run_dir(label, level, r)
         if self.finished(directory):
-            log(f"run {self.k} of {self.plan.total} ({label} {level_name(*level)} r={r}): done before, skipped")
+            log(f"run {self.counter()} ({label} {level_name(*level)} r={r}): done before, skipped")
             return directory
         self.one_run(label, level, r, url, sdir, server, reset_cache)
         if server is not None and not server.alive():

@@ -68,11 +68,14 @@ class Segment:
         return self.rate0 + (self.rate1 - self.rate0) * min(max(t_s / self.ramp_s, 0.0), 1.0)
 
 
-def unit_gaps(seed: int, key: int, burstiness: float):
-    """Gaps of mean 1 (gamma, shape ``burstiness``): the same sequence on every process."""
+def unit_gaps(seed: int, segment: Segment, burstiness: float):
+    """Gaps of mean 1 (gamma, shape ``burstiness``): the same sequence on every process, and for
+    every profile at the same rate (common random numbers: the compared servers see the same
+    bursts); another sequence at another rate, so the probes of a search are independent draws
+    rather than scaled copies of one (seed 0's first 40 arrivals came slow at every rate)."""
     if not burstiness > 0:
         raise ValueError(f"--burstiness {burstiness:g}: must be positive (1: Poisson; larger: steadier)")
-    rng = random.Random(f"vllm-locust-arrivals/{seed}/{key}")
+    rng = random.Random(f"vllm-locust-arrivals/{seed}/{segment.key}/{segment.rate0:g}/{segment.rate1:g}")
     if math.isinf(burstiness):
         while True:
             yield 1.0
@@ -86,7 +89,7 @@ def offsets(segment: Segment, seed: int, burstiness: float, index: int = 0, coun
     if not 0 <= index < count:
         raise ValueError(f"process slice {index} of {count}")
     expected = 0.0
-    for k, gap in enumerate(unit_gaps(seed, segment.key, burstiness)):
+    for k, gap in enumerate(unit_gaps(seed, segment, burstiness)):
         expected += gap
         if k % count == index:
             yield k, segment.time_of(expected)
