@@ -7,11 +7,14 @@ that (every process runs it from the plugin's init, so the master and every work
 three significant digits below 100 ms and Locust's own rounding above. Its ``--csv`` writer casts
 percentiles to ``int``; ``install()`` makes it keep three decimals, so the CSV shows what the
 histogram holds. The analysis never uses these buckets: it reads raw samples.
+``requests_only_total`` makes Locust's total count requests (E2E), not every ITL gap.
 """
 
 from __future__ import annotations
 
 import locust.stats
+
+from .schema import E2E
 
 LOCUST_BUCKET = locust.stats.bucket_response_time
 
@@ -36,6 +39,20 @@ def _percentile_fields(self, stats_entry, use_current: bool = False):
     else:
         get = stats_entry.get_response_time_percentile
     return [round(float(get(x) or 0), 3) for x in self.percentiles_to_report]
+
+
+def requests_only_total(stats) -> None:
+    """Make Locust's total (the web UI's header RPS, the "Aggregated" rows) count requests, not
+    samples: only ``E2E``, one per request, reaches it. Every ITL gap is an event of its own, so
+    the header read "RPS 647" at 7 requests/s and the aggregate percentiles were mostly ITLs. The
+    per-metric rows (TTFT, ITL, TPOT, E2E) are unchanged. A master's total is the sum of its
+    workers' totals, so each process installs this."""
+    def log_request(method: str, name: str, response_time, content_length) -> None:
+        if name == E2E:
+            stats.total.log(response_time, content_length)
+        stats.entries[(name, method)].log(response_time, content_length)
+
+    stats.log_request = log_request
 
 
 def install() -> None:

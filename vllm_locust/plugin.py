@@ -140,6 +140,7 @@ class VllmPlugin:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
         buckets.install()  # sub-millisecond live stats, on the master and every worker alike
+        buckets.requests_only_total(environment.stats)  # header RPS = requests/s, not samples/s
         warm_platform_cache()
         options = environment.parsed_options
         # The steps shape applies when --steps is set anywhere Locust reads options (command

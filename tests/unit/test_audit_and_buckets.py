@@ -55,3 +55,26 @@ def test_fine_buckets_keep_sub_millisecond_itl_in_locust_stats():
         assert entry.get_response_time_percentile(0.95) == 5.4, "and 5 here"
     finally:
         locust.stats.bucket_response_time = before
+
+
+def test_locusts_total_counts_requests_not_samples():
+    """Seen ramping 8 users against vLLM CPU: the web UI's header read "RPS 647" at about 7
+    requests/s, because every ITL gap was a request to Locust's total."""
+    from locust.env import Environment
+    from locust.event import Events
+
+    from vllm_locust.buckets import requests_only_total
+
+    env = Environment(events=Events())
+    runner = env.create_local_runner()
+    requests_only_total(env.stats)
+    for _ in range(2):  # two requests of 4 tokens: TTFT, 3 ITL gaps, TPOT, E2E each
+        for name, ms in [("TTFT", 100), ("ITL", 5), ("ITL", 5), ("ITL", 5), ("TPOT", 5), ("E2E", 115)]:
+            env.events.request.fire(request_type="chat", name=name, response_time=ms, response_length=1,
+                                    exception=None, context={})
+    env.stats.clear_all()  # a new run on a worker rebuilds the total and the entries
+    for name in ("TTFT", "ITL", "E2E"):
+        env.events.request.fire(request_type="chat", name=name, response_time=10, response_length=1, exception=None, context={})
+    assert env.stats.total.num_requests == 1, "the total counts requests (E2E), not samples"
+    assert env.stats.get("ITL", "chat").num_requests == 1 and env.stats.get("TTFT", "chat").num_requests == 1
+    runner.quit()
