@@ -426,6 +426,7 @@ class Sweep:
         common = [*pin, sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--host", url, "--headless", "--only-summary",
                   *load, "--step-warmup", f"{self.args.warmup:g}", "--step-duration", f"{self.args.duration:g}",
                   "--csv", str(directory / LOCUST_CSV_PREFIX), "--samples-dir", str(directory), "--run-id", run_id,
+                  "--metrics-interval", "0",  # the sweep scrapes /metrics itself, from before to after the run
                   *self.args.locust_args]
         workers: list[subprocess.Popen] = []
         n_workers = self.workers_for(level)

@@ -69,6 +69,11 @@ OPTIONS = [
                            help="Seconds of warm-up at the start of each step; its samples are discarded")),
     ("--step-duration", dict(type=float, default=60.0, env_var="LOCUST_STEP_DURATION",
                              help="Measured seconds of each step")),
+    ("--metrics-url", dict(default="", env_var="LOCUST_METRICS_URL",
+                           help="Server whose /metrics the master scrapes during a run (web UI /server-metrics, "
+                                "<samples-dir>/metrics.csv); empty: --host")),
+    ("--metrics-interval", dict(type=float, default=1.0, env_var="LOCUST_METRICS_INTERVAL",
+                                help="Seconds between /metrics scrapes; 0: off")),
     ("--request-rate", dict(default="", env_var="LOCUST_REQUEST_RATE",
                             help="Open loop: requests/s over all workers together, e.g. 4; several (1,2,4,8) are "
                                  "steps like --steps; empty: closed loop (users = concurrent streams)")),

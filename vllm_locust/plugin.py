@@ -33,6 +33,7 @@ from .arrivals import Segment, parse_rates
 from .audit import ClientAudit
 from .client import ServerCheckError, make_client, require_host, resolve_model
 from .context import LoadContext, build_context, context_key
+from .live_metrics import LiveMetrics, register_routes
 from .options import SECRET_OPTIONS
 from .pacer import Pacer
 from .recorder import SampleRecorder
@@ -112,6 +113,7 @@ class VllmPlugin:
         self._context_lock = gevent.lock.Semaphore()
         self.pacer = Pacer()
         self._unscheduled_said = False
+        self.live = LiveMetrics()  # the deciding process's scraper of the target's /metrics
         setattr(environment, self.ATTRIBUTE, self)
         events = environment.events
         events.test_start.add_listener(self.on_test_start)
@@ -148,7 +150,10 @@ class VllmPlugin:
         if environment.shape_class is not None and options is not None and not (
                 getattr(options, "steps", "") or getattr(options, "request_rate", "")):
             environment.shape_class = None
-        return cls(environment)
+        plugin = cls(environment)
+        if getattr(environment, "web_ui", None) is not None:
+            register_routes(environment.web_ui, plugin.live)
+        return plugin
 
     @classmethod
     def awaited(cls, environment, timeout_s: float = 30.0) -> "VllmPlugin":
@@ -263,6 +268,9 @@ class VllmPlugin:
                 self.publish(phase=WARMUP if shaped and float(options.step_warmup) > 0 else MEASURED)
             self.started_s = self.started_s or time.time()
             self.publish(run_id=options.run_id or new_run_id())
+            self.live.start(getattr(options, "metrics_url", "") or environment.host or "",
+                            float(getattr(options, "metrics_interval", 1.0) or 0), options.samples_dir or None,
+                            options.api_key)
             if environment.shape_class is None and not self.start_open_loop(options):
                 return
             self.flushed = set()
@@ -329,6 +337,7 @@ class VllmPlugin:
         runner = environment.runner
         if isinstance(runner, MasterRunner):
             self.drain_workers(runner)
+        self.live.stop()
         if self.audit is not None:
             self.audit.stop()
             self.warn_if_late()
@@ -341,6 +350,7 @@ class VllmPlugin:
             self.timeline, self.started_s, self.state = [], None, RunState()
 
     def on_quitting(self, environment, **_kwargs) -> None:
+        self.live.stop()
         if self.audit is not None:
             self.audit.stop()
         self.close_recorder()

@@ -190,6 +190,8 @@ def test_a_web_ui_run_at_a_request_rate(tmp_path):
                 sum(1 for f in glob.glob(str(tmp_path / "requests-*.csv")) for _ in open(f)) < 21:
             assert time.time() < deadline, "no requests from the web UI run"
             time.sleep(0.2)
+        live = http.get(base + "/server-metrics", timeout=10).json()  # the master's scraper, mid-run
+        assert live["history"] and "num_requests_running" in live["latest"], live
         http.post(base + "/stop", timeout=10)
         deadline = time.time() + 30
         while not glob.glob(str(tmp_path / "loadrun-*.json")):
@@ -203,3 +205,4 @@ def test_a_web_ui_run_at_a_request_rate(tmp_path):
     assert len(requests) >= 20 and set(requests["request_rate"]) == {10.0}
     gaps = requests["intended_at_s"].sort_values().diff().dropna()
     assert gaps.between(0.0995, 0.1005).all(), "10 requests/s, evenly spaced (burstiness inf)"
+    assert (tmp_path / "metrics.csv").stat().st_size > 0, "a web-UI run records /metrics like a sweep run"

@@ -1,0 +1,230 @@
+"""The server's side during any run: one scraper of the target's ``/metrics`` on the deciding
+process (the master, or the single local process), for web-UI runs as for headless ones.
+
+The scraping runs in a child process (``LiveMetrics`` starts it): each scrape (``scraper.fetch``
+and ``scraper.tidy_rows``: the sweep's implementation) is appended
+to ``<samples-dir>/metrics.csv`` (``schema.SERVER`` columns), so a run started from the web UI is
+recorded like a sweep run and the analysis reads it, and is reduced to one row of the figures a
+person watches (``derive``), written for ``GET /server-metrics`` (JSON: the latest values under
+vLLM's metric names, and the recent history) and ``GET /server-metrics.csv`` (the series).
+A server without ``/metrics`` gets one warning and a ``notice`` in the JSON, never a crash.
+Options: ``--metrics-url`` (default: ``--host``), ``--metrics-interval`` (seconds; 0: off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+from . import scraper
+from .schema import METRICS_CSV, SERVER, VLLM
+
+logger = logging.getLogger(__name__)
+HISTORY = 3600  # scrapes kept for the web UI (an hour at 1 s)
+STATUS_JSON, SERIES_CSV = "server-metrics.json", "server-metrics.csv"
+ROOT = Path(__file__).resolve().parents[1]
+
+# Gauges, shown as they are (summed over label sets: one value per server).
+GAUGES = {"num_requests_running": VLLM.running, "num_requests_waiting": VLLM.waiting,
+          "kv_cache_usage_perc": VLLM.kv_cache}
+# Counters, shown as increase per second between two scrapes.
+RATES = {"preemptions_per_s": VLLM.preemptions, "prompt_tokens_per_s": "vllm:prompt_tokens_total",
+         "generation_tokens_per_s": "vllm:generation_tokens_total"}
+# Histograms, shown as the mean of the observations between two scrapes (ms).
+MEANS = {"ttft_mean_ms": VLLM.ttft, "itl_mean_ms": VLLM.itl}
+FIELDS = ("t_s", *GAUGES, *RATES, "prefix_cache_hit_rate", *MEANS)
+
+
+def totals(rows: list[dict]) -> dict[str, float]:
+    """Sample name -> value summed over its label sets (one scrape)."""
+    out: dict[str, float] = {}
+    for row in rows:
+        out[row[SERVER.name]] = out.get(row[SERVER.name], 0.0) + float(row[SERVER.value])
+    return out
+
+
+def _increase(now: dict, before: dict, name: str) -> float | None:
+    if name not in now or name not in before:
+        return None
+    diff = now[name] - before[name]
+    return diff if diff >= 0 else now[name]  # a restart counts from zero
+
+
+def derive(now: dict, before: dict | None, t_s: float, dt_s: float) -> dict:
+    """One scrape's figures: gauges as read; counters per second and histogram means (ms) over the
+    interval since ``before`` (None on the first scrape); None where the server has no such metric."""
+    row: dict = {"t_s": round(t_s, 3)}
+    for key, name in GAUGES.items():
+        row[key] = now.get(name)
+    before = before or {}
+    for key, name in RATES.items():
+        inc = _increase(now, before, name)
+        row[key] = None if inc is None or dt_s <= 0 else inc / dt_s
+    hits, queries = _increase(now, before, VLLM.prefix_hits), _increase(now, before, VLLM.prefix_queries)
+    row["prefix_cache_hit_rate"] = hits / queries if hits is not None and queries else None
+    for key, name in MEANS.items():
+        total, count = _increase(now, before, name + "_sum"), _increase(now, before, name + "_count")
+        row[key] = total / count * 1000.0 if total is not None and count else None
+    return row
+
+
+class Scrapes:
+    """The scraper's state in its own process: the history of derived rows and the notice."""
+
+    def __init__(self, url: str, api_key: str = ""):
+        self.url, self.api_key = url.rstrip("/"), api_key
+        self.history: deque[dict] = deque(maxlen=HISTORY)
+        self.notice = ""
+        self._before: tuple[float, dict] | None = None
+
+    def scrape_once(self) -> list[dict]:
+        """One scrape: its tidy rows, and its derived row added to the history."""
+        t = time.time()
+        rows = scraper.tidy_rows(scraper.fetch(self.url, api_key=self.api_key), t)
+        now = totals(rows)
+        before_t, before = self._before if self._before else (t, None)
+        self.history.append(derive(now, before, t, t - before_t))
+        self._before = (t, now)
+        recent = list(self.history)[-5:]
+        if len(self.history) > 5 and not any(now.get(name) for name in GAUGES.values()) \
+                and all((r.get("generation_tokens_per_s") or 0) > 0 for r in recent):
+            self.notice = ("vLLM's scheduler gauges read 0 while tokens are being generated (seen on its CPU "
+                           "build): running/waiting/KV-cache are not measured here, not zero")
+        return rows
+
+    def status(self, points: int = 600) -> dict:
+        last = self.history[-1] if self.history else {}
+        return {"url": self.url, "notice": self.notice, "t_s": last.get("t_s"),
+                "latest": {k: v for k, v in last.items() if k != "t_s"}, "history": list(self.history)[-points:]}
+
+
+def append_rows(path: str, rows: list[dict], fields) -> None:
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=tuple(fields))
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+def scrape_forever(url: str, interval_s: float, out_dir: str, samples_dir: str | None, api_key: str = "") -> None:
+    """The scraper process: every ``interval_s``, tidy rows to ``samples_dir/metrics.csv``, the
+    derived row to ``out_dir/server-metrics.csv``, the status (JSON) to ``out_dir/server-metrics.json``."""
+    scrapes, failed = Scrapes(url, api_key), False
+    status_path = os.path.join(out_dir, STATUS_JSON)
+    next_at = time.time()
+    while True:
+        try:
+            rows = scrapes.scrape_once()
+            if samples_dir:
+                append_rows(os.path.join(samples_dir, METRICS_CSV), rows, SERVER)
+            append_rows(os.path.join(out_dir, SERIES_CSV), [scrapes.history[-1]], FIELDS)
+            if failed:
+                failed, scrapes.notice = False, ""
+        except Exception as err:  # noqa: BLE001 - any failure of the target's /metrics is a notice
+            if not failed:
+                failed = True
+                scrapes.notice = f"cannot read {scrapes.url}/metrics ({type(err).__name__}): no server-side figures"
+                print(f"live_metrics: {scrapes.notice}", file=sys.stderr, flush=True)
+        tmp = status_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(scrapes.status(), f)
+        os.replace(tmp, status_path)
+        next_at += interval_s
+        time.sleep(max(0.0, next_at - time.time()))
+
+
+class LiveMetrics:
+    """The deciding process's handle on its scraper, which runs as a child process: parsing vLLM's
+    /metrics (hundreds of series) takes milliseconds of CPU, and in a local run the same event
+    loop stamps the chunks. ``start`` at test start, ``stop`` at test stop; the routes read its files."""
+
+    def __init__(self):
+        self.notice = ""
+        self.url = ""
+        self.dir: str | None = None  # the child's status files, made at the first start
+        self._proc: subprocess.Popen | None = None
+
+    def start(self, url: str, interval_s: float, samples_dir: str | None, api_key: str = "") -> None:
+        self.stop()
+        self.dir = self.dir or tempfile.mkdtemp(prefix="vllm-locust-metrics-")
+        for name in (STATUS_JSON, SERIES_CSV):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(self.dir, name))
+        if interval_s <= 0 or not url:
+            self.notice = "server metrics off (--metrics-interval 0)" if interval_s <= 0 else "no --host to scrape"
+            return
+        self.url, self.notice = url.rstrip("/"), ""
+        if samples_dir:
+            os.makedirs(samples_dir, exist_ok=True)
+        cmd = [sys.executable, "-m", "vllm_locust.live_metrics", self.url, "--interval", f"{interval_s:g}",
+               "--out-dir", self.dir, *(["--samples-dir", samples_dir] if samples_dir else [])]
+        env = dict(os.environ, VLLM_LOCUST_METRICS_KEY=api_key)  # never on a command line
+        self._proc = subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+            self._proc = None
+
+    def as_json(self) -> str:
+        try:
+            with open(os.path.join(self.dir or "", STATUS_JSON)) as f:
+                return f.read()
+        except FileNotFoundError:
+            return json.dumps({"url": self.url, "notice": self.notice or "no scrape yet", "t_s": None,
+                               "latest": {}, "history": []})
+
+    def as_csv(self) -> str:
+        try:
+            with open(os.path.join(self.dir or "", SERIES_CSV)) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ",".join(FIELDS) + "\n"
+
+
+def register_routes(web_ui, live: LiveMetrics) -> None:
+    """``GET /server-metrics`` (JSON) and ``GET /server-metrics.csv`` on Locust's web UI."""
+    from flask import Response
+
+    @web_ui.app.route("/server-metrics")
+    def server_metrics():
+        return Response(live.as_json(), mimetype="application/json")
+
+    @web_ui.app.route("/server-metrics.csv")
+    def server_metrics_csv():
+        return Response(live.as_csv(), mimetype="text/csv",
+                        headers={"Content-Disposition": "attachment; filename=server-metrics.csv"})
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="the scraper process of LiveMetrics")
+    p.add_argument("url")
+    p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--samples-dir", default="")
+    a = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        scrape_forever(a.url, a.interval, a.out_dir, a.samples_dir or None, os.environ.get("VLLM_LOCUST_METRICS_KEY", ""))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
