@@ -94,9 +94,18 @@ def as_bool(value) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
+# Options of the steps shape: a web-UI run without the shape (Locust started without --steps or
+# --request-rate) ignores them, so the plugin hides them from the start form then.
+STEP_OPTIONS = ("--steps", "--step-warmup", "--step-duration", "--rate-ramp")
+WEB_UI_HIDDEN: set[str] = set()
+
+
 def add_options(parser) -> None:
-    """Listener for ``init_command_line_parser``: Locust's parser takes ``is_secret`` and friends."""
+    """Listener for ``init_command_line_parser``: Locust's parser takes ``is_secret`` and friends.
+    Locust builds its parser again for each page of the web UI, so ``WEB_UI_HIDDEN`` applies there."""
     for flag, kwargs in OPTIONS:
+        if flag in WEB_UI_HIDDEN:
+            kwargs = {**kwargs, "include_in_web_ui": False}
         parser.add_argument(flag, **kwargs)
 
 

@@ -34,7 +34,7 @@ from .audit import ClientAudit
 from .client import ServerCheckError, make_client, require_host, resolve_model
 from .context import LoadContext, build_context, context_key
 from .live_metrics import LiveMetrics, register_routes
-from .options import SECRET_OPTIONS
+from .options import SECRET_OPTIONS, STEP_OPTIONS, WEB_UI_HIDDEN
 from .pacer import Pacer
 from .recorder import SampleRecorder
 from .schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, PhaseChange, load_record_file,
@@ -150,6 +150,8 @@ class VllmPlugin:
         if environment.shape_class is not None and options is not None and not (
                 getattr(options, "steps", "") or getattr(options, "request_rate", "")):
             environment.shape_class = None
+        if environment.shape_class is None:
+            WEB_UI_HIDDEN.update(STEP_OPTIONS)  # a web-UI run would ignore them: not offered
         plugin = cls(environment)
         if getattr(environment, "web_ui", None) is not None:
             register_routes(environment.web_ui, plugin.live)

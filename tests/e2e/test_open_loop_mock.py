@@ -182,6 +182,9 @@ def test_a_web_ui_run_at_a_request_rate(tmp_path):
                 break
             except http.ConnectionError:
                 time.sleep(0.1)
+        page = http.get(base + "/", timeout=10).text
+        assert "request_rate" in page and "step_warmup" not in page and "rate_ramp" not in page, \
+            "the start form offers only what a web-UI run uses (no steps: Locust started without --steps)"
         form = {"user_count": 4, "spawn_rate": 4, "host": server.url, "request_rate": "10", "burstiness": "inf",
                 "max_tokens": "4", "prompt_tokens": "32", "prompt_pool": "8"}
         assert http.post(base + "/swarm", data=form, timeout=10).json()["success"]
