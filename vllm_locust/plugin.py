@@ -34,6 +34,7 @@ from .audit import ClientAudit
 from .client import ServerCheckError, make_client, require_host, resolve_model
 from .context import LoadContext, build_context, context_key
 from .live_metrics import LiveMetrics, register_routes
+from .webform import guard_swarm
 from .options import SECRET_OPTIONS, STEP_OPTIONS, WEB_UI_HIDDEN
 from .pacer import Pacer
 from .recorder import SampleRecorder
@@ -155,6 +156,7 @@ class VllmPlugin:
         plugin = cls(environment)
         if getattr(environment, "web_ui", None) is not None:
             register_routes(environment.web_ui, plugin.live)
+            guard_swarm(environment.web_ui, environment)
         return plugin
 
     @classmethod

@@ -185,6 +185,10 @@ def test_a_web_ui_run_at_a_request_rate(tmp_path):
         page = http.get(base + "/", timeout=10).text
         assert "request_rate" in page and "step_warmup" not in page and "rate_ramp" not in page, \
             "the start form offers only what a web-UI run uses (no steps: Locust started without --steps)"
+        bad = http.post(base + "/swarm", data={"user_count": 4, "spawn_rate": 4, "host": server.url, "prompt_tokens": "0"},
+                        timeout=10).json()
+        assert not bad["success"] and "--prompt-tokens" in bad["message"], bad
+        assert http.get(base + "/stats/requests", timeout=10).json()["state"] == "ready", "a bad value starts nothing"
         form = {"user_count": 4, "spawn_rate": 4, "host": server.url, "request_rate": "10", "burstiness": "inf",
                 "max_tokens": "4", "prompt_tokens": "32", "prompt_pool": "8"}
         assert http.post(base + "/swarm", data=form, timeout=10).json()["success"]

@@ -1,0 +1,26 @@
+"""The start form's values are checked like a headless run's before a web-UI run starts."""
+
+import pytest
+
+from vllm_locust.options import defaults
+from vllm_locust.webform import form_errors
+
+
+@pytest.mark.parametrize("form,shaped,message", [
+    ({"prompt_tokens": "0"}, False, "--prompt-tokens"),
+    ({"max_tokens": "x"}, False, "--max-tokens 'x': expected a whole number"),
+    ({"request_rate": "1,2"}, False, "several rates are steps"),
+    ({"request_rate": "-3"}, False, "--request-rate"),
+    ({"burstiness": "0"}, False, "--burstiness"),
+    ({"steps": "8,a"}, True, "--steps"),
+    ({"endpoint": "embeddings"}, False, "--endpoint 'embeddings': choose one of chat, completions"),
+    ({"read_timeout": "0"}, False, "--read-timeout"),
+])
+def test_bad_values_are_named(form, shaped, message):
+    error = form_errors(defaults(), form, shaped)
+    assert error is not None and message in error, error
+
+
+def test_good_values_pass():
+    assert form_errors(defaults(), {"prompt_tokens": "64", "request_rate": "4", "no_unique_prompts": "true"}, False) is None
+    assert form_errors(defaults(), {"request_rate": "1,2,4"}, True) is None, "steps of rates with the shape"

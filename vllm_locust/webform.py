@@ -1,0 +1,65 @@
+"""The web UI's start form: a bad value is refused where it was typed, and the run does not start.
+
+Locust's ``/swarm`` copies the form's values into the options and starts; a bad one (prompt
+tokens 0) then failed inside the run, showed only in the Logs tab, and a second start sat in
+RUNNING with 0 users. ``guard_swarm`` checks the suite's values first, with the same checks a
+headless run makes, and answers ``{"success": false, "message": ...}``, which the form shows.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+
+from .arrivals import parse_rates
+from .options import OPTIONS, as_bool, parse_steps, workload_spec
+
+
+def form_errors(options: Namespace, form, shaped: bool) -> str | None:
+    """The first problem with the suite's values in ``form`` (applied over ``options``), or None."""
+    values = dict(vars(options))
+    for flag, kwargs in OPTIONS:
+        dest = flag.lstrip("-").replace("-", "_")
+        if dest not in form:
+            continue
+        raw = form.get(dest)
+        if kwargs.get("action") == "store_true":
+            values[dest] = as_bool(raw)
+            continue
+        kind = kwargs.get("type")
+        try:
+            values[dest] = kind(raw) if kind else raw
+        except (TypeError, ValueError):
+            return f"{flag} {raw!r}: expected a {'number' if kind is float else 'whole number'}"
+        if kwargs.get("choices") and values[dest] not in kwargs["choices"]:
+            return f"{flag} {raw!r}: choose one of {', '.join(kwargs['choices'])}"
+    ns = Namespace(**values)
+    try:
+        workload_spec(ns)
+        parse_steps(ns.steps)
+        rates = parse_rates(ns.request_rate)
+    except ValueError as err:
+        return str(err)
+    if len(rates) > 1 and not shaped:
+        return (f"--request-rate {ns.request_rate}: several rates are steps, which need --request-rate on the "
+                "command line when Locust starts; give one rate here")
+    if not float(ns.burstiness) > 0:
+        return f"--burstiness {ns.burstiness:g}: must be positive (1: Poisson; larger: steadier)"
+    for flag in ("connect_timeout", "read_timeout"):
+        if not float(values[flag]) > 0:
+            return f"--{flag.replace('_', '-')} {values[flag]:g}: must be positive"
+    return None
+
+
+def guard_swarm(web_ui, environment) -> None:
+    """Check the start form before Locust's own ``/swarm`` handler runs."""
+    from flask import jsonify, request
+
+    original = web_ui.app.view_functions["locust.swarm"]
+
+    def guarded_swarm(*args, **kwargs):
+        error = form_errors(environment.parsed_options, request.form, environment.shape_class is not None)
+        if error:
+            return jsonify({"success": False, "message": error, "host": environment.host})
+        return original(*args, **kwargs)
+
+    web_ui.app.view_functions["locust.swarm"] = guarded_swarm
