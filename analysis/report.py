@@ -53,11 +53,21 @@ def _ecdf(ax, values, label):
         ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label)
 
 
+def wide_range(values) -> bool:
+    """A range a linear axis cannot show: the tail is over 50 times the bulk (log axis then)."""
+    v = np.asarray(values, dtype=float)
+    v = v[v > 0]
+    return len(v) > 1 and np.percentile(v, 99.9) > 50 * max(np.percentile(v, 1), 1e-3)
+
+
 def plot_distributions(samples: pd.DataFrame):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, metric in zip(axes, ("TTFT", "ITL")):
-        for (profile, rate, c), g in samples[samples[SAMPLE.metric] == metric].groupby([IDS.profile, *LEVEL]):
+        values = samples[samples[SAMPLE.metric] == metric]
+        for (profile, rate, c), g in values.groupby([IDS.profile, *LEVEL]):
             _ecdf(ax, g[SAMPLE.value_ms].to_numpy(), f"{profile} {level_name(rate, c)}")
+        if wide_range(values[SAMPLE.value_ms]):
+            ax.set_xscale("log")  # an ITL tail of seconds over a bulk of milliseconds
         ax.set(xlabel=f"{metric} (ms)", ylabel="fraction of samples", title=f"{metric} distribution")
         ax.axhline(0.95, color="grey", lw=0.5, ls="--")
         ax.legend(fontsize=7)
@@ -78,27 +88,31 @@ def plot_p95(summary: pd.DataFrame):
 
 
 def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame):
-    """Per profile (its first run at the highest load): queue depth, KV cache, client TTFT."""
+    """Per profile (its first run at the highest load), one quantity per axis: requests running and
+    waiting (left) with KV-cache usage in % (right), and below it the client's TTFT in ms."""
     picks = runs.sort_values([PER_RUN.request_rate, PER_RUN.concurrency, PER_RUN.repeat],
                              ascending=[False, False, True]).groupby(PER_RUN.profile).head(1)
-    fig, axes = plt.subplots(len(picks), 1, figsize=(11, 3 * max(1, len(picks))), squeeze=False)
-    for ax, (_, run) in zip(axes[:, 0], picks.iterrows()):
+    fig, axes = plt.subplots(2 * len(picks), 1, figsize=(11, 4.5 * max(1, len(picks))), squeeze=False, sharex=False)
+    for i, (_, run) in enumerate(picks.iterrows()):
+        ax, below = axes[2 * i, 0], axes[2 * i + 1, 0]
         t0 = run[PER_RUN.window_start_s]
         srv = server[server[IDS.run_key] == run[PER_RUN.run_key]]
         for name, label in (("vllm:num_requests_waiting", "waiting"), ("vllm:num_requests_running", "running")):
             s = series(srv, name)
             ax.step(s.index - t0, s.values, where="post", label=label)
-        ax.set(xlabel="seconds into the measured window", ylabel="requests",
-               title=f"{run['profile']} {level_name(run['request_rate'], run['concurrency'])} r={run['repeat']}")
+        ax.set(ylabel="requests", title=f"{run['profile']} {level_name(run['request_rate'], run['concurrency'])} r={run['repeat']}")
         right = ax.twinx()
         kv = series(srv, "vllm:kv_cache_usage_perc")
         right.plot(kv.index - t0, kv.values * 100, color="tab:green", lw=1, label="KV cache %")
-        ttft = samples[(samples[IDS.run_key] == run[PER_RUN.run_key]) & (samples[SAMPLE.metric] == TTFT)]
-        right.scatter(ttft[SAMPLE.t_s] - t0, ttft[SAMPLE.value_ms], s=6, color="tab:red", label="client TTFT ms")
-        right.set_ylabel("KV cache % / TTFT ms")
-        lines = ax.get_legend_handles_labels()
-        more = right.get_legend_handles_labels()
+        right.set_ylabel("KV cache (%)")
+        lines, more = ax.get_legend_handles_labels(), right.get_legend_handles_labels()
         ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper left")
+        ttft = samples[(samples[IDS.run_key] == run[PER_RUN.run_key]) & (samples[SAMPLE.metric] == TTFT)]
+        below.scatter(ttft[SAMPLE.t_s] - t0, ttft[SAMPLE.value_ms], s=6, color="tab:red")
+        if wide_range(ttft[SAMPLE.value_ms]):
+            below.set_yscale("log")
+        below.set(xlabel="seconds into the measured window", ylabel="client TTFT (ms)")
+        below.set_xlim(ax.get_xlim())
     fig.tight_layout()
     return fig
 
@@ -110,8 +124,23 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def fmt_number(x) -> str:
+    """A table cell a person can read at its scale: 0.0003 stays 0.0003 (not 0.00), 1234.5 is 1234.5."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (float, np.floating)):
+        return "" if x is None else str(x)
+    if np.isnan(x):
+        return ""
+    if x == 0 or abs(x) >= 100:
+        return f"{x:.1f}" if x else "0"
+    return f"{x:.2f}" if abs(x) >= 1 else f"{x:.2g}"
+
+
+def _cells(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.map(fmt_number) if len(frame) else frame
+
+
 def _table_md(frame: pd.DataFrame) -> str:
-    return frame.to_markdown(index=False, floatfmt=".2f") if len(frame) else "(none)"
+    return _cells(frame).to_markdown(index=False) if len(frame) else "(none)"
 
 
 def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, comparison: pd.DataFrame,
@@ -162,7 +191,7 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
     md_path.write_text("\n".join(md))
 
     def table_html(frame: pd.DataFrame) -> str:
-        return frame.to_html(index=False, float_format=lambda x: f"{x:.2f}", border=0) if len(frame) else "<p>(none)</p>"
+        return _cells(frame).to_html(index=False, border=0) if len(frame) else "<p>(none)</p>"
 
     body = ["<h1>Baseline vs candidates: vLLM latency report</h1>",
             "<h2>Verdict</h2><ul>" + ("".join(f"<li><b>{html.escape(p)}</b>: {html.escape(verdict_text(p, v))}</li>"

@@ -67,3 +67,20 @@ def test_the_checklist_says_when_an_open_loop_run_did_not_deliver_its_rate():
     req = pd.DataFrame({"run_key": ["a"] * 3 + ["b"] * 3 + ["c"] * 2, "lateness_ms": [1, 2, 3, 1, 2, 900, None, None]})
     runs, short = _late_sends(req, 10.0)
     assert runs == 2 and len(short) == 1 and short[0].startswith("b (p99")
+
+
+def test_report_numbers_and_axes_are_readable_at_their_scale():
+    """From a newcomer's report: mean_kv_cache_usage printed 0.00 for 0.0003-0.003, and the ITL
+    distribution's linear axis ran to 2,500 ms with the mass under 30 ms."""
+    import numpy as np
+
+    from analysis.report import fmt_number, plot_distributions
+
+    assert [fmt_number(v) for v in (0.0003, 0.0031, 0.0, 5.234, 1234.56, float("nan"))] == \
+        ["0.0003", "0.0031", "0", "5.23", "1234.6", ""]
+    rng = np.random.default_rng(0)
+    itl = np.concatenate([rng.uniform(5, 30, 2000), [2500.0] * 5])
+    samples = pd.DataFrame({"profile": "p", "request_rate": 0.0, "concurrency": 4, "metric": "ITL", "value_ms": itl})
+    samples = pd.concat([samples, samples.assign(metric="TTFT", value_ms=rng.uniform(90, 110, len(itl)))])
+    fig = plot_distributions(samples)
+    assert [ax.get_xscale() for ax in fig.axes] == ["linear", "log"], "log only where the range demands it"
