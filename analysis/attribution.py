@@ -14,23 +14,28 @@ def _fmt(x: float, unit: str = " ms") -> str:
 
 
 def attribute(row: pd.Series) -> str:
-    """One sentence for one summary row (a profile at a concurrency)."""
+    """One sentence for one summary row (a profile at a load level): the largest of the parts of
+    the client's mean TTFT it can measure: waiting in vLLM's queue, prefill, or time outside the
+    engine (client mean TTFT minus vLLM's own TTFT mean: HTTP, tokenization, streaming, network,
+    the client). Queueing is read from vLLM's queue-time histogram, not its waiting gauge, which
+    reads 0 under load on the CPU build."""
     queue, prefill, decode = row[SUMMARY.server_queue_ms], row[SUMMARY.server_prefill_ms], row[SUMMARY.server_decode_ms]
     waiting = row[SUMMARY.max_num_requests_waiting]
     if any(isinstance(v, float) and math.isnan(v) for v in (queue, prefill)):
         return "no server-side queue/prefill histograms in /metrics: cannot attribute"
-    if queue > prefill and (waiting or 0) > 0:
-        source = "queueing"
-        detail = f"requests waited {_fmt(queue)} on average for a slot (up to {waiting:.0f} waiting) against {_fmt(prefill)} of prefill"
-    else:
-        source = "execution"
-        detail = f"prefill took {_fmt(prefill)} on average against {_fmt(queue)} in the queue (at most {waiting:.0f} waiting)"
-    parts = [f"TTFT came mostly from {source}: {detail}; decode {_fmt(decode)} per request"]
     server_ttft = row.get(SUMMARY.server_ttft_mean_ms, float("nan"))
+    outside = row[SUMMARY.mean_ttft_ms] - server_ttft if not math.isnan(server_ttft) else float("nan")
+    gauge = (f"up to {waiting:.0f} waiting" if (waiting or 0) > 0 else
+             "the waiting gauge read 0, which this build does not measure")
+    parts_ms = {"queueing": queue, "prefill": prefill, "outside the engine": outside if not math.isnan(outside) else -1.0}
+    source = max(parts_ms, key=parts_ms.get)
+    detail = (f"{_fmt(queue)} in vLLM's queue ({gauge}), {_fmt(prefill)} of prefill"
+              + (f", {_fmt(outside)} outside the engine" if not math.isnan(outside) else ""))
+    parts = [f"TTFT came mostly from {source}: {detail}; decode {_fmt(decode)} per request"]
     if not math.isnan(server_ttft):
-        outside = row[SUMMARY.mean_ttft_ms] - server_ttft
+        share = outside / row[SUMMARY.mean_ttft_ms] * 100 if row[SUMMARY.mean_ttft_ms] else float("nan")
         parts.append(f"client mean TTFT {_fmt(row['mean_ttft_ms'])} against the engine's {_fmt(server_ttft)}: "
-                     f"{_fmt(outside)} outside the engine (HTTP, tokenization, streaming, network, client)")
+                     f"{_fmt(outside)} ({share:.0f}%) outside the engine (HTTP, tokenization, streaming, network, client)")
     if (row[SUMMARY.preemptions] or 0) > 0:
         parts.append(f"{row['preemptions']:.0f} preemptions (KV cache full; mean usage {row['mean_kv_cache_usage'] * 100:.0f}%)")
     if not math.isnan(row.get(SUMMARY.prefix_cache_hit_rate, float("nan"))):
