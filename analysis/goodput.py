@@ -67,8 +67,8 @@ def request_p95_itl(samples: pd.DataFrame) -> pd.Series:
 
 def from_intended(requests: pd.DataFrame, column: str) -> pd.Series:
     """A latency from the intended send instant (open loop), or from the actual send (closed loop)."""
-    late = requests[REQUEST.lateness_ms] if REQUEST.lateness_ms in requests else 0.0
-    return requests[column] + (late.fillna(0.0) if isinstance(late, pd.Series) else late)
+    late = requests.get(REQUEST.lateness_ms)
+    return requests[column] if late is None else requests[column] + late.fillna(0.0)
 
 
 def met_slo(requests: pd.DataFrame, samples: pd.DataFrame, slo: Slo) -> pd.Series:

@@ -17,7 +17,7 @@ from vllm_locust.schema import (CLIENT, CPU_PCT, IDS, ITL, LEVEL, LOOP_LAG_MS, P
 from . import server as server_stats
 from .goodput import Slo, from_intended, goodput
 from .stats import percentiles
-from .tidy import failed, interrupted, succeeded
+from .tidy import at_level, failed, interrupted, succeeded
 
 # 2 ms: on the H200 the suite agreed with vLLM's client on ITL at loop-lag p99 1.1-1.8 ms, and
 # read p95 ITL 33% high at 4.5 ms; an idle 2-core VM's own wake-up floor is about 1.1 ms.
@@ -94,11 +94,6 @@ def itl_per_token(itl: pd.DataFrame) -> np.ndarray:
 
 def _mean(per: pd.DataFrame, key: str) -> float:
     return float(np.nanmean(per[key])) if per[key].notna().any() else float("nan")
-
-
-def at_level(frame: pd.DataFrame, profile: str, rate: float, concurrency: int) -> pd.DataFrame:
-    """The rows of one profile at one load level (frames with the ``IDS`` columns)."""
-    return frame[(frame[IDS.profile] == profile) & (frame[IDS.request_rate] == rate) & (frame[IDS.concurrency] == concurrency)]
 
 
 def open_loop_figures(requests: pd.DataFrame, max_send_lateness_ms: float) -> dict:

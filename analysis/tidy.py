@@ -26,6 +26,11 @@ def _with_ids(frame: pd.DataFrame, run: Run) -> pd.DataFrame:
                            IDS.concurrency: int(run.record["concurrency"]), IDS.repeat: int(run.record["repeat"])})
 
 
+def at_level(frame: pd.DataFrame, profile: str, rate: float, concurrency: int) -> pd.DataFrame:
+    """The rows of one profile at one load level (frames with the ``IDS`` columns)."""
+    return frame[(frame[IDS.profile] == profile) & (frame[IDS.request_rate] == rate) & (frame[IDS.concurrency] == concurrency)]
+
+
 def measured(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame[SAMPLE.phase] == MEASURED] if SAMPLE.phase in frame else frame
 

@@ -19,6 +19,7 @@ from vllm_locust.schema import COMPARISON, IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY,
 
 from .goodput import Slo, met_groups
 from .stats import bootstrap_ci, pct_change
+from .tidy import at_level
 
 METRICS = (("TTFT", 50), ("TTFT", 95), ("ITL", 50), ("ITL", 95), ("TPOT", 95), ("E2E", 95))
 
@@ -55,11 +56,6 @@ def levels_of(frame: pd.DataFrame, profile: str) -> set:
     return set(map(tuple, frame.loc[frame[IDS.profile] == profile, list(LEVEL)].drop_duplicates().to_numpy().tolist()))
 
 
-def at(frame: pd.DataFrame, profile: str, level: tuple) -> pd.DataFrame:
-    rate, c = level
-    return frame[(frame[IDS.profile] == profile) & (frame[IDS.request_rate] == rate) & (frame[IDS.concurrency] == c)]
-
-
 def compare(samples: pd.DataFrame, runs: pd.DataFrame, baseline: str, rule: Rule,
             requests: pd.DataFrame | None = None) -> pd.DataFrame:
     """Tidy comparison: one row per candidate profile, load level and metric."""
@@ -74,17 +70,17 @@ def compare(samples: pd.DataFrame, runs: pd.DataFrame, baseline: str, rule: Rule
 
     for profile in sorted(set(samples[IDS.profile]) - {baseline}):
         for level in sorted(levels_of(samples, profile) & levels_of(samples, baseline)):
-            b, k = at(samples, baseline, level), at(samples, profile, level)
+            b, k = at_level(samples, baseline, *level), at_level(samples, profile, *level)
             for metric, q in METRICS:
                 bg, kg = request_groups(b, metric), request_groups(k, metric)
                 if bg and kg:
                     add(profile, level, pct_col(metric, q), bootstrap_ci(bg, kg, _quantile(q), rule.bootstrap, rng, rule.level))
             for column in (PER_RUN.output_tokens_per_s, *((PER_RUN.goodput_requests_per_s,) if rule.slo else ())):
-                bt, kt = at(runs, baseline, level)[column].to_numpy(), at(runs, profile, level)[column].to_numpy()
+                bt, kt = at_level(runs, baseline, *level)[column].to_numpy(), at_level(runs, profile, *level)[column].to_numpy()
                 add(profile, level, column, throughput_ci(bt, kt, rule.bootstrap, rng, rule.level))
             if rule.slo is not None and requests is not None:
-                bg = met_groups(at(requests, baseline, level), b, rule.slo)
-                kg = met_groups(at(requests, profile, level), k, rule.slo)
+                bg = met_groups(at_level(requests, baseline, *level), b, rule.slo)
+                kg = met_groups(at_level(requests, profile, *level), k, rule.slo)
                 if any(bg) and any(kg):
                     add(profile, level, SUMMARY.slo_met_share, bootstrap_ci(bg, kg, np.mean, rule.bootstrap, rng, rule.level))
     return pd.DataFrame(rows, columns=list(COMPARISON))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from analysis.load import AnalysisError, load_runs
 from analysis.summary import per_run, summarize
 from analysis.tidy import successful_samples, tidy_requests, tidy_samples, tidy_server
 from launch.server import ServerError
-from launch.sweep import Plan, Sweep, SweepError, log, validate
+from launch.sweep import Plan, Sweep, SweepError, _interrupt, log, validate
 from launch.sweep import parse_args as sweep_args
 from vllm_locust.schema import RUN, SUMMARY, level_dir, pct_col
 
@@ -194,6 +195,7 @@ def parse_args(argv: list[str]):
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # stop the server it started, as on Ctrl-C (the sweep's way)
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         slo = parse_slo(args.slo)

@@ -73,8 +73,7 @@ def unit_gaps(seed: int, segment: Segment, burstiness: float):
     every profile at the same rate (common random numbers: the compared servers see the same
     bursts); another sequence at another rate, so the probes of a search are independent draws
     rather than scaled copies of one (seed 0's first 40 arrivals came slow at every rate)."""
-    if not burstiness > 0:
-        raise ValueError(f"--burstiness {burstiness:g}: must be positive (1: Poisson; larger: steadier)")
+    check_burstiness(burstiness)
     rng = random.Random(f"vllm-locust-arrivals/{seed}/{segment.key}/{segment.rate0:g}/{segment.rate1:g}")
     if math.isinf(burstiness):
         while True:
@@ -95,8 +94,14 @@ def offsets(segment: Segment, seed: int, burstiness: float, index: int = 0, coun
             yield k, segment.time_of(expected)
 
 
-def parse_rates(text: str) -> list[float]:
-    """``"1,2,4.5"`` -> ``[1.0, 2.0, 4.5]`` requests/s; empty: closed loop (``[]``)."""
+def check_burstiness(burstiness: float) -> None:
+    if not burstiness > 0:
+        raise ValueError(f"--burstiness {burstiness:g}: must be positive (1: Poisson; larger: steadier)")
+
+
+def parse_rates(text: str, steps: bool = True) -> list[float]:
+    """``"1,2,4.5"`` -> ``[1.0, 2.0, 4.5]`` requests/s; empty: closed loop (``[]``). With ``steps``
+    False (a run without the steps shape) one rate at most."""
     text = str(text or "").replace(" ", "")
     if not text:
         return []
@@ -106,4 +111,7 @@ def parse_rates(text: str) -> list[float]:
         raise ValueError(f"--request-rate {text!r}: expected requests/s such as 4 or 1,2,4,8") from None
     if any(not (r > 0 and math.isfinite(r)) for r in rates):
         raise ValueError(f"--request-rate {text!r}: every rate must be a positive number of requests/s")
+    if len(rates) > 1 and not steps:
+        raise ValueError(f"--request-rate {text}: several rates are steps, which need --request-rate on the command "
+                         "line (or LOCUST_REQUEST_RATE) when Locust starts; give one rate here")
     return rates

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import csv
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -30,7 +29,6 @@ from pathlib import Path
 from . import scraper
 from .schema import METRICS_CSV, SERVER, VLLM
 
-logger = logging.getLogger(__name__)
 HISTORY = 3600  # scrapes kept for the web UI (an hour at 1 s)
 STATUS_JSON, SERIES_CSV = "server-metrics.json", "server-metrics.csv"
 ROOT = Path(__file__).resolve().parents[1]

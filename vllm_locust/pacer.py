@@ -7,23 +7,18 @@ every request open a new connection, 1 ms late). A user is busy while its reques
 the users are the cap on requests in flight. An arrival that comes due while every user is busy
 waits for one to free: that wait is the request's *client queue time* (vLLM's ``bench serve``
 calls it the same); the rest of its lateness is the client's own (timer wake-up, building the
-request). Its latency is still measured from the intended
-instant as well as from the actual send (``RequestRow.lateness_ms``), so a backlog cannot hide
+request). Its latency is still measured from the intended instant as well as from the actual send (``RequestRow.lateness_ms``), so a backlog cannot hide
 behind the requests that were never sent on time (coordinated omission).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 
 from gevent.event import Event
 
 from .arrivals import Segment, offsets
-
-logger = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
@@ -58,10 +53,6 @@ class Pacer:
         self._generation += 1
         changed, self._changed = self._changed, Event()
         changed.set()
-
-    @property
-    def active(self) -> bool:
-        return self.segment is not None
 
     def claim(self) -> Arrival:
         """The next arrival of this process, returned at its intended instant (or at once when late)."""

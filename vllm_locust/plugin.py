@@ -226,8 +226,9 @@ class VllmPlugin:
         if isinstance(runner, MasterRunner):
             ids = sorted(c.id for c in runner.clients.all if c.state != "missing")
             senders = {node: i for i, node in enumerate(ids)}
-        Segment(time.time(), rate0, rate1, ramp_s, key)  # refuses bad rates here, on the deciding side
-        return dict(epoch_s=time.time(), rate0=rate0, rate1=rate1, ramp_s=ramp_s, key=key,
+        epoch_s = time.time()
+        Segment(epoch_s, rate0, rate1, ramp_s, key)  # refuses bad rates here, on the deciding side
+        return dict(epoch_s=epoch_s, rate0=rate0, rate1=rate1, ramp_s=ramp_s, key=key,
                     seed=int(options.seed), burstiness=float(options.burstiness), senders=senders)
 
     def arrival_key(self) -> tuple | None:
@@ -287,10 +288,7 @@ class VllmPlugin:
     def start_open_loop(self, options) -> bool:
         """Without the steps shape (web UI, -u/-r): one rate for the whole run, the users its cap."""
         try:
-            rates = parse_rates(getattr(options, "request_rate", ""))
-            if len(rates) > 1:
-                raise ValueError(f"--request-rate {options.request_rate}: several rates are steps, and steps need "
-                                 "--request-rate on the command line (or LOCUST_REQUEST_RATE) when Locust starts")
+            rates = parse_rates(getattr(options, "request_rate", ""), steps=False)
             if rates:
                 self.publish(request_rate=rates[0], arrivals=self.arrival_segment(rates[0], rates[0]))
             else:

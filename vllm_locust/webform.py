@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from argparse import Namespace
 
-from .arrivals import parse_rates
+from .arrivals import check_burstiness, parse_rates
 from .options import OPTIONS, as_bool, parse_steps, workload_spec
 
 
@@ -36,14 +36,10 @@ def form_errors(options: Namespace, form, shaped: bool) -> str | None:
     try:
         workload_spec(ns)
         parse_steps(ns.steps)
-        rates = parse_rates(ns.request_rate)
+        parse_rates(ns.request_rate, steps=shaped)
+        check_burstiness(float(ns.burstiness))
     except ValueError as err:
         return str(err)
-    if len(rates) > 1 and not shaped:
-        return (f"--request-rate {ns.request_rate}: several rates are steps, which need --request-rate on the "
-                "command line when Locust starts; give one rate here")
-    if not float(ns.burstiness) > 0:
-        return f"--burstiness {ns.burstiness:g}: must be positive (1: Poisson; larger: steadier)"
     for flag in ("connect_timeout", "read_timeout"):
         if not float(values[flag]) > 0:
             return f"--{flag.replace('_', '-')} {values[flag]:g}: must be positive"
