@@ -23,8 +23,8 @@ from .load import AnalysisError, load_runs
 from .report import write_reports
 from .goodput import parse_slo
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, per_run, summarize
-from .tidy import (check_same_workload, failure_table, successful_samples, tidy_client, tidy_requests, tidy_samples,
-                   tidy_server)
+from .tidy import (check_same_workload, failure_table, successful_samples, tidy_client, tidy_markers, tidy_requests,
+                   tidy_samples, tidy_server)
 from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts
 
 
@@ -103,7 +103,8 @@ def main(argv=None) -> int:
     failure_table(requests).to_csv(out / "failures.csv", index=False)
     md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
                              overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
-                             samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted)
+                             samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted,
+                             markers=tidy_markers(runs))
     for profile, verdict in sorted(result.items()):
         note = (f" (UNTRUSTED at {', '.join(untrusted[profile])}: the client fell behind or did not send the asked load)"
                 if profile in untrusted else "")

@@ -87,11 +87,62 @@ def plot_p95(summary: pd.DataFrame):
     return fig
 
 
-def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame):
-    """Per profile (its first run at the highest load), one quantity per axis: requests running and
-    waiting (left) with KV-cache usage in % (right), and below it the client's TTFT in ms."""
-    picks = runs.sort_values([PER_RUN.request_rate, PER_RUN.concurrency, PER_RUN.repeat],
-                             ascending=[False, False, True]).groupby(PER_RUN.profile).head(1)
+BURST_ITL_MS = 1.0  # a client ITL p50 below this: chunks came in bursts, not one per decode step
+
+
+def number_notes(summary: pd.DataFrame) -> list[str]:
+    """A line wherever a figure is not what it seems at first reading."""
+    notes = []
+    for r in summary.itertuples(index=False):
+        row = r._asdict()
+        where = f"{row['profile']} {level_name(row['request_rate'], row['concurrency'])}"
+        p50_itl, server_itl = row.get(pct_col("ITL", 50)), row.get("server_itl_mean_ms")
+        if pd.notna(p50_itl) and p50_itl < BURST_ITL_MS:
+            seen = f" while vLLM's own ITL mean is {fmt_number(server_itl)} ms" if pd.notna(server_itl) else ""
+            notes.append(f"{where}: client ITL p50 {fmt_number(p50_itl)} ms{seen}: chunks reach the client in bursts "
+                         f"(the API server or the network delivers several at once, {fmt_number(row.get('chunks_per_token'))} "
+                         "chunks per token), so half the gaps are the spacing inside a burst; the wait between "
+                         "bursts shows in p95/p99 ITL and in TPOT")
+        kv = row.get("mean_kv_cache_usage")
+        if pd.notna(kv) and kv == 0 and (row.get("max_num_requests_running") or 0) == 0 and (row.get("requests") or 0) > 0:
+            notes.append(f"{where}: vLLM's scheduler gauges (running, waiting, KV cache) read 0 while requests were "
+                         "served (seen on its CPU build): they were not measured, they are not zero")
+    return notes
+
+
+def markers_in_windows(markers: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Each marker once, with the run whose measured window holds it and its second in that window
+    (a marker between steps keeps the nearest run before it)."""
+    if markers is None or markers.empty:
+        return pd.DataFrame(columns=["profile", "run", "s_into_window", "kind", "label"])
+    rows = []
+    for m in markers.drop_duplicates(["profile", "t_s", "label"]).sort_values("t_s").itertuples():
+        own = runs[runs[PER_RUN.profile] == m.profile].sort_values(PER_RUN.window_start_s)
+        before = own[own[PER_RUN.window_start_s] <= m.t_s]
+        run = before.iloc[-1] if len(before) else (own.iloc[0] if len(own) else None)
+        if run is None:
+            continue
+        rows.append({"profile": m.profile, "run": run[PER_RUN.run_key],
+                     "s_into_window": round(m.t_s - run[PER_RUN.window_start_s], 1), "kind": m.kind, "label": m.label})
+    return pd.DataFrame(rows, columns=["profile", "run", "s_into_window", "kind", "label"])
+
+
+def _draw_markers(axes, placed: pd.DataFrame, run_key: str) -> None:
+    for i, m in enumerate(placed[placed["run"] == run_key].itertuples()):
+        for ax in axes:
+            ax.axvline(m.s_into_window, color="0.3", ls="--", lw=1)
+        axes[0].annotate(m.label, (m.s_into_window, 1 - 0.08 * (i % 3)), xycoords=("data", "axes fraction"),
+                         xytext=(3, -10), textcoords="offset points", fontsize=7, color="0.2")
+
+
+def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame, markers: pd.DataFrame | None = None):
+    """Per profile (its first run at the highest load, or the run a person marked), one quantity per
+    axis: requests running and waiting (left) with KV-cache usage in % (right), and below it the
+    client's TTFT in ms; markers set from the web UI as dashed lines."""
+    placed = markers_in_windows(markers, runs)
+    ordered = runs.assign(_marked=runs[PER_RUN.run_key].isin(set(placed["run"])))
+    picks = ordered.sort_values(["_marked", PER_RUN.request_rate, PER_RUN.concurrency, PER_RUN.repeat],
+                                ascending=[False, False, False, True]).groupby(PER_RUN.profile).head(1)
     fig, axes = plt.subplots(2 * len(picks), 1, figsize=(11, 4.5 * max(1, len(picks))), squeeze=False, sharex=False)
     for i, (_, run) in enumerate(picks.iterrows()):
         ax, below = axes[2 * i, 0], axes[2 * i + 1, 0]
@@ -113,6 +164,7 @@ def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFram
             below.set_yscale("log")
         below.set(xlabel="seconds into the measured window", ylabel="client TTFT (ms)")
         below.set_xlim(ax.get_xlim())
+        _draw_markers([ax, below], placed, run[PER_RUN.run_key])
     fig.tight_layout()
     return fig
 
@@ -146,11 +198,13 @@ def _table_md(frame: pd.DataFrame) -> str:
 def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, comparison: pd.DataFrame,
                   per_level: pd.DataFrame, overall: dict, attribution: pd.DataFrame, checklist: list,
                   samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame, rule,
-                  untrusted: dict | None = None) -> tuple[Path, Path]:
+                  untrusted: dict | None = None, markers: pd.DataFrame | None = None) -> tuple[Path, Path]:
     untrusted = untrusted or {}
     trust = summary[TRUST_SHOWN]
     figures = {"distributions": _png(plot_distributions(samples)), "p95-vs-load": _png(plot_p95(summary)),
-               "timeline": _png(plot_timeline(samples, server, runs))}
+               "timeline": _png(plot_timeline(samples, server, runs, markers))}
+    placed = markers_in_windows(markers, runs)
+    notes = number_notes(summary)
     fig_dir = out_dir / "report-figures"
     fig_dir.mkdir(exist_ok=True)
     for name, data in figures.items():
@@ -182,6 +236,8 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
         ("Where the latency came from", "\n".join(f"- {r.profile} {level_name(r.request_rate, r.concurrency)}: {r.source}"
                                                    for r in attribution.itertuples())),
         ("Release checklist", "\n".join(check_lines)),
+        *((("Markers set during the runs (web UI)", _table_md(placed)),) if len(placed) else ()),
+        *((("Notes on the numbers", "\n".join(f"- {n}" for n in notes)),) if notes else ()),
     ]
     md = ["# Baseline vs candidates: vLLM latency report", ""]
     for title, body in sections:
@@ -211,6 +267,9 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
             "<h2>Release checklist</h2><ul>" + "".join(
                 f"<li>{'&#9745;' if ok else '&#9744;' if ok is False else '?'} {html.escape(item)}: {html.escape(facts)}</li>"
                 for item, ok, facts in checklist) + "</ul>",
+            *(["<h2>Markers set during the runs (web UI)</h2>" + table_html(placed)] if len(placed) else []),
+            *(["<h2>Notes on the numbers</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"]
+              if notes else []),
             "<h2>Figures</h2>" + "".join(
                 f'<img alt="{n}" src="data:image/png;base64,{base64.b64encode(d).decode()}" style="max-width:100%">'
                 for n, d in figures.items())]

@@ -91,6 +91,16 @@ def tidy_client(runs: list[Run]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+MARKER_COLUMNS = ("run_key", "profile", "t_s", "label", "kind")
+
+
+def tidy_markers(runs: list[Run]) -> pd.DataFrame:
+    """One row per marker a person set during a run (web UI: labels, prefix-cache resets)."""
+    rows = [{"run_key": r.run_key, "profile": r.profile, "t_s": float(m.get("t_s") or 0), "label": str(m.get("label") or ""),
+             "kind": str(m.get("kind") or "marker")} for r in runs for m in r.markers]
+    return pd.DataFrame(rows, columns=list(MARKER_COLUMNS))
+
+
 def tidy_server(runs: list[Run]) -> pd.DataFrame:
     frames = [_with_ids(r.metrics, r) for r in runs if not r.metrics.empty]
     if not frames:

@@ -5,7 +5,7 @@ The scraping runs in a child process (``LiveMetrics`` starts it): each scrape (`
 and ``scraper.tidy_rows``: the sweep's implementation) is appended
 to ``<samples-dir>/metrics.csv`` (``schema.SERVER`` columns), so a run started from the web UI is
 recorded like a sweep run and the analysis reads it, and is reduced to one row of the figures a
-person watches (``derive``), written for ``GET /server-metrics`` (JSON: the latest values under
+person watches (``derive``), read by the web UI's routes (``webtab``): ``GET /server-metrics`` (JSON: the latest values under
 vLLM's metric names, and the recent history) and ``GET /server-metrics.csv`` (the series).
 A server without ``/metrics`` gets one warning and a ``notice`` in the JSON, never a crash.
 Options: ``--metrics-url`` (default: ``--host``), ``--metrics-interval`` (seconds; 0: off).
@@ -84,6 +84,7 @@ class Scrapes:
         self.url, self.api_key = url.rstrip("/"), api_key
         self.history: deque[dict] = deque(maxlen=HISTORY)
         self.notice = ""
+        self.gauges_unmeasured = False  # the scheduler gauges read 0 while tokens flow
         self._before: tuple[float, dict] | None = None
 
     def scrape_once(self) -> list[dict]:
@@ -97,13 +98,14 @@ class Scrapes:
         recent = list(self.history)[-5:]
         if len(self.history) > 5 and not any(now.get(name) for name in GAUGES.values()) \
                 and all((r.get("generation_tokens_per_s") or 0) > 0 for r in recent):
+            self.gauges_unmeasured = True
             self.notice = ("vLLM's scheduler gauges read 0 while tokens are being generated (seen on its CPU "
                            "build): running/waiting/KV-cache are not measured here, not zero")
         return rows
 
     def status(self, points: int = 600) -> dict:
         last = self.history[-1] if self.history else {}
-        return {"url": self.url, "notice": self.notice, "t_s": last.get("t_s"),
+        return {"url": self.url, "notice": self.notice, "gauges_unmeasured": self.gauges_unmeasured, "t_s": last.get("t_s"),
                 "latest": {k: v for k, v in last.items() if k != "t_s"}, "history": list(self.history)[-points:]}
 
 
@@ -185,7 +187,7 @@ class LiveMetrics:
             with open(os.path.join(self.dir or "", STATUS_JSON)) as f:
                 return f.read()
         except FileNotFoundError:
-            return json.dumps({"url": self.url, "notice": self.notice or "no scrape yet", "t_s": None,
+            return json.dumps({"url": self.url, "notice": self.notice or "no scrape yet", "gauges_unmeasured": False, "t_s": None,
                                "latest": {}, "history": []})
 
     def as_csv(self) -> str:
@@ -194,20 +196,6 @@ class LiveMetrics:
                 return f.read()
         except FileNotFoundError:
             return ",".join(FIELDS) + "\n"
-
-
-def register_routes(web_ui, live: LiveMetrics) -> None:
-    """``GET /server-metrics`` (JSON) and ``GET /server-metrics.csv`` on Locust's web UI."""
-    from flask import Response
-
-    @web_ui.app.route("/server-metrics")
-    def server_metrics():
-        return Response(live.as_json(), mimetype="application/json")
-
-    @web_ui.app.route("/server-metrics.csv")
-    def server_metrics_csv():
-        return Response(live.as_csv(), mimetype="text/csv",
-                        headers={"Content-Disposition": "attachment; filename=server-metrics.csv"})
 
 
 def main() -> None:

@@ -9,9 +9,10 @@ in another process can be compared with it directly.
 
 ``POST /_config`` changes the script at run time (``ttft_ms``, ``itl_ms``, ``tokens``, ``mode``,
 ``tokens_per_chunk``: several tokens per chunk, as speculative decoding delivers them;
-``max_streams``: serve at most that many streams at once, the rest wait, so the server's
+``reset_prefix_cache``: serve ``POST /reset_prefix_cache``, as vLLM does with
+``VLLM_SERVER_DEV_MODE=1``; ``max_streams``: serve at most that many streams at once, the rest wait, so the server's
 capacity is known: ``max_streams / (ttft + (tokens - 1) * itl)`` requests/s). Like vLLM
-it serves ``GET /version`` and honours ``stream_options.continuous_usage_stats`` (a running
+it serves ``GET /version``, ``GET /metrics`` (``mockmetrics``: vLLM's names, moved by the streams) and honours ``stream_options.continuous_usage_stats`` (a running
 ``usage`` on every chunk). The log keeps a digest of each request's prompt, to check uniqueness.
 Modes: ``ok``, ``malformed`` (a non-JSON chunk after two tokens), ``nofinish`` (stream ends after
 two tokens without a finish reason), ``die`` (connection closed after two tokens), ``error``
@@ -35,8 +36,11 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from .mockmetrics import MockMetrics
+
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
-          "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0}
+          "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True}
+METRICS = MockMetrics()
 _SLOTS: dict = {"n": 0, "semaphore": None}
 _SLOTS_LOCK = threading.Lock()
 
@@ -104,14 +108,13 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {"object": "list", "data": [{"id": CONFIG["model"], "object": "model"}]})
         elif self.path == "/_log":
             with LOG_LOCK:
-                self._json(200, {"requests": list(LOG)})
+                self._json(200, {"requests": list(LOG), "prefix_cache_resets": METRICS.prefix_resets})
         elif self.path == "/version":
             self._json(200, {"version": "mock"})
         elif self.path == "/health":
             self._json(200, {})
         elif self.path == "/metrics":
-            data = b"# HELP vllm:num_requests_running running\n# TYPE vllm:num_requests_running gauge\n" \
-                   b'vllm:num_requests_running{model_name="fake-model"} 0.0\n'
+            data = METRICS.exposition(CONFIG["model"])
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(data)))
@@ -129,6 +132,9 @@ class Handler(BaseHTTPRequestHandler):
                 LOG.clear()
                 EPOCH[0] += 1  # a stream still running from before this reset is not logged
             return self._json(200, CONFIG)
+        if self.path == "/reset_prefix_cache" and CONFIG.get("reset_prefix_cache"):
+            METRICS.reset_prefix_cache()  # as vLLM with VLLM_SERVER_DEV_MODE=1; without it, a 404
+            return self._json(200, {})
         if self.path == "/tokenize":
             return self._json(200, {"count": tokenize_count(body), "tokens": [0] * tokenize_count(body)})
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
@@ -174,9 +180,12 @@ class Handler(BaseHTTPRequestHandler):
         epoch = EPOCH[0]
         chunks = -(-tokens // per_chunk)
         slots = stream_slots(int(cfg.get("max_streams") or 0))
+        METRICS.arrived(record["prompt_sha1"], prompt_tokens)
         if slots is not None:
             slots.acquire()  # a saturated server: the request waits for a free stream, then is served
             recv = time.perf_counter()
+        METRICS.started(prompt_tokens + tokens)
+        last = recv
         try:
             for i in range(chunks):
                 sleep_until(recv + (cfg["ttft_ms"] + i * cfg["itl_ms"]) / 1000.0)
@@ -199,13 +208,17 @@ class Handler(BaseHTTPRequestHandler):
                 finish = "length" if i == chunks - 1 else None
                 done = min(tokens, (i + 1) * per_chunk)
                 text = "".join(f" t{j}" for j in range(i * per_chunk, done))
-                record["sends"].append(self._chunk(with_usage({"id": "c", "object": kind, "choices": [choice(text, finish)]}, done)))
+                sent = self._chunk(with_usage({"id": "c", "object": kind, "choices": [choice(text, finish)]}, done))
+                record["sends"].append(sent)
+                METRICS.token(sent - last, i == 0, done - i * per_chunk)
+                last = sent
             else:
                 self._chunk({"id": "c", "object": kind, "choices": [], "usage": usage(tokens)})
             self._chunk(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         finally:
+            METRICS.finished(prompt_tokens + tokens)
             if slots is not None:
                 slots.release()
             with LOG_LOCK:
@@ -230,7 +243,7 @@ def serve(port: int = 0, **config) -> Server:
 
 
 DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
-                  "tokens_per_chunk": 1}
+                  "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True}
 
 
 class MockServer:
@@ -254,6 +267,10 @@ class MockServer:
 
     def log(self) -> list[dict]:
         return self._call("/_log")["requests"]
+
+    def prefix_cache_resets(self) -> int:
+        """How many times ``POST /reset_prefix_cache`` reached this server."""
+        return self._call("/_log")["prefix_cache_resets"]
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -28,12 +28,13 @@ import gevent
 import gevent.lock
 from locust.runners import MasterRunner, WorkerRunner
 
-from . import buckets
+from . import buckets, webtab
 from .arrivals import Segment, parse_rates
 from .audit import ClientAudit
 from .client import ServerCheckError, make_client, require_host, resolve_model
 from .context import LoadContext, build_context, context_key
-from .live_metrics import LiveMetrics, register_routes
+from .client_window import REPORT_KEY, ClientSeries, ClientWindow
+from .live_metrics import LiveMetrics
 from .webform import guard_swarm
 from .options import SECRET_OPTIONS, STEP_OPTIONS, WEB_UI_HIDDEN
 from .pacer import Pacer
@@ -46,6 +47,7 @@ STATE_MESSAGE = "vllm_locust_state"
 FLUSHED_MESSAGE = "vllm_locust_flushed"  # worker -> master: my users stopped, my last stats are sent
 HELLO_MESSAGE = "vllm_locust_hello"  # worker -> master: my plugin is attached, send me the run state
 DRAIN_TIMEOUT_S = 20.0
+CLIENT_TICK_S = 2.0  # the web UI's client percentile history: one row per tick
 QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai")
 
 
@@ -115,6 +117,14 @@ class VllmPlugin:
         self.pacer = Pacer()
         self._unscheduled_said = False
         self.live = LiveMetrics()  # the deciding process's scraper of the target's /metrics
+        self.markers: list[dict] = []  # labelled instants of this run (web UI), in its load record
+        self.client_series = ClientSeries()  # deciding process: the client's percentiles over time
+        self._client_ticker: gevent.Greenlet | None = None
+        # Raw TTFT/ITL values for the live charts: a worker sends them with its stats reports; a
+        # single local process collects them only when its web UI draws them.
+        worker = isinstance(environment.runner, WorkerRunner)
+        local = not worker and not isinstance(environment.runner, MasterRunner)
+        self.window = ClientWindow() if worker or (local and getattr(environment, "web_ui", None) is not None) else None
         setattr(environment, self.ATTRIBUTE, self)
         events = environment.events
         events.test_start.add_listener(self.on_test_start)
@@ -122,6 +132,8 @@ class VllmPlugin:
         events.test_stopping.add_listener(self.on_test_stopping)
         events.quitting.add_listener(self.on_quitting)
         events.spawning_complete.add_listener(self.on_spawning_complete)
+        events.report_to_master.add_listener(self.on_report_to_master)
+        events.worker_report.add_listener(self.on_worker_report)
         self.flushed: set[str] = set()  # master: workers whose last stats arrived this run
         if isinstance(environment.runner, WorkerRunner):
             environment.runner.register_message(STATE_MESSAGE, self.on_state_message)
@@ -155,7 +167,7 @@ class VllmPlugin:
             WEB_UI_HIDDEN.update(STEP_OPTIONS)  # a web-UI run would ignore them: not offered
         plugin = cls(environment)
         if getattr(environment, "web_ui", None) is not None:
-            register_routes(environment.web_ui, plugin.live)
+            webtab.register(environment.web_ui, plugin)
             guard_swarm(environment.web_ui, environment)
         return plugin
 
@@ -273,6 +285,8 @@ class VllmPlugin:
                 self.publish(phase=WARMUP if shaped and float(options.step_warmup) > 0 else MEASURED)
             self.started_s = self.started_s or time.time()
             self.publish(run_id=options.run_id or new_run_id())
+            self.markers = []
+            self.start_client_ticker()
             self.live.start(getattr(options, "metrics_url", "") or environment.host or "",
                             float(getattr(options, "metrics_interval", 1.0) or 0), options.samples_dir or None,
                             options.api_key)
@@ -340,6 +354,7 @@ class VllmPlugin:
         if isinstance(runner, MasterRunner):
             self.drain_workers(runner)
         self.live.stop()
+        self.stop_client_ticker()
         if self.audit is not None:
             self.audit.stop()
             self.warn_if_late()
@@ -353,9 +368,51 @@ class VllmPlugin:
 
     def on_quitting(self, environment, **_kwargs) -> None:
         self.live.stop()
+        self.stop_client_ticker()
         if self.audit is not None:
             self.audit.stop()
         self.close_recorder()
+
+    # -- the web UI's live view and markers -------------------------------------------------------
+    def on_report_to_master(self, client_id, data, **_kwargs) -> None:
+        """Worker: this report's raw TTFT/ITL values go to the master's live charts."""
+        if self.window is not None:
+            data[REPORT_KEY] = self.window.take()
+
+    def on_worker_report(self, client_id, data, **_kwargs) -> None:
+        self.client_series.add(data.get(REPORT_KEY))
+
+    def start_client_ticker(self) -> None:
+        """Deciding process with a web UI: one row of client percentiles every ``CLIENT_TICK_S``."""
+        self.stop_client_ticker()
+        self.client_series.clear()
+        if getattr(self.environment, "web_ui", None) is None:
+            return
+
+        def tick_forever() -> None:
+            while True:
+                gevent.sleep(CLIENT_TICK_S)
+                if self.window is not None:  # a local run: its own values
+                    self.client_series.add(self.window.take())
+                runner = self.environment.runner
+                self.client_series.tick(runner.user_count if runner is not None else 0)
+
+        self._client_ticker = gevent.spawn(tick_forever)
+
+    def stop_client_ticker(self) -> None:
+        if self._client_ticker is not None:
+            self._client_ticker.kill(block=False)
+            self._client_ticker = None
+
+    def add_marker(self, label: str, kind: str) -> dict | None:
+        """A labelled instant of the run in progress (None when none is): drawn on the live charts,
+        written to the load record, shown in the report's time series."""
+        if self.started_s is None or not self.state.run_id:
+            return None
+        marker = {"t_s": round(time.time(), 3), "label": label[:200], "kind": kind}
+        self.markers.append(marker)
+        logger.info("marker at %.1f s: %s (%s)", marker["t_s"] - self.started_s, marker["label"], kind)
+        return marker
 
     # -- the client's audit of itself ---------------------------------------------------------
     def audit_labels(self) -> tuple:
@@ -442,7 +499,7 @@ class VllmPlugin:
             run_id=self.state.run_id, host=self.environment.host or "", model=options.model or "",
             endpoint=options.endpoint, workload=workload, options=public, started_s=self.started_s or 0.0,
             stopped_s=time.time(), timeline=[asdict(c) for c in self.timeline],
-            runner=type(runner).__name__ if runner is not None else "", versions=versions(),
+            runner=type(runner).__name__ if runner is not None else "", versions=versions(), markers=list(self.markers),
             cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
 
     def write_load_record(self) -> None:

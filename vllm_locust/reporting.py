@@ -41,14 +41,16 @@ if names_of(SampleRow) != SAMPLE_ORDER:  # pragma: no cover - fails loudly if th
 class RequestReport:
     """The samples of one request: fired to Locust as they come, rows kept for the recorder."""
 
-    __slots__ = ("info", "recorder", "rows", "_fire", "_event", "_measured")
+    __slots__ = ("info", "recorder", "rows", "_fire", "_event", "_measured", "_window")
 
-    def __init__(self, environment, recorder, info: RequestInfo):
+    def __init__(self, environment, recorder, info: RequestInfo, window=None):
         self.info = info
         self.recorder = recorder
         self.rows: list[tuple] = []  # (metric, value_ms, end_perf_s, tokens)
         self._fire = environment.events.request.fire
         self._measured = info.phase == MEASURED
+        # The live charts' raw values (``client_window``): measured samples only, as Locust's stats.
+        self._window = window.add if window is not None and self._measured else None
         self._event = dict(request_type=info.request_type, exception=None,
                            context={"request_id": info.request_id, "worker_id": info.worker_id, "run_id": info.run_id})
 
@@ -57,6 +59,8 @@ class RequestReport:
             self.rows.append((metric, value_ms, end_perf_s, tokens))
         if self._measured:
             self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens, **self._event)
+            if self._window is not None:
+                self._window(metric, value_ms)
 
     def failure(self, elapsed_ms: float, exception: Exception) -> None:
         """A failed request: an ``E2E`` failure in Locust; its earlier samples stand as reported."""

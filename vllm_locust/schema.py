@@ -186,6 +186,7 @@ class LoadRecord:
     runner: str
     versions: dict
     cpus: list[int] = field(default_factory=list)  # the CPUs this process may run on (taskset)
+    markers: list[dict] = field(default_factory=list)  # {t_s, label, kind}: set from the web UI during the run
 
 
 @dataclass

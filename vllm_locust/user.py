@@ -97,7 +97,7 @@ class ChatStreamUser(User):
         def on_content(_index: int, t: float, tokens: int | None) -> None:
             nonlocal report, timer
             if report is None:
-                report = RequestReport(self.environment, plugin.recorder, self._request_info(ctx, labels))
+                report = RequestReport(self.environment, plugin.recorder, self._request_info(ctx, labels), plugin.window)
                 timer = StreamTimer(report.info.sent_perf_s)
             metric, value = timer.content(t)
             report.sample(metric, value, t, tokens)
@@ -126,7 +126,7 @@ class ChatStreamUser(User):
                 arrival: Arrival | None = None) -> None:
         """Report the per-request metrics (or the failure) and write the request's rows."""
         if report is None:  # no content arrived: the request still has a row
-            report = RequestReport(self.environment, self.plugin.recorder, self._request_info(ctx, labels))
+            report = RequestReport(self.environment, self.plugin.recorder, self._request_info(ctx, labels), self.plugin.window)
             timer = StreamTimer(report.info.sent_perf_s)
         info = report.info
         # spawn-to-send measures a closed-loop user's start; an open-loop user waits for its arrival

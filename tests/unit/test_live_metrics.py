@@ -72,7 +72,9 @@ def test_web_ui_serves_latest_values_history_and_csv(tmp_path, monkeypatch):
         rows = list(csv.DictReader(client.get("/server-metrics.csv").data.decode().splitlines()))
         assert len(rows) >= 2 and "kv_cache_usage_perc" in rows[0]
         with open(tmp_path / "metrics.csv") as f:
-            assert {r["name"] for r in csv.DictReader(f)} == {"vllm:num_requests_running"}
+            names = {r["name"] for r in csv.DictReader(f)}
+        assert {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_sum"} <= names, names
     finally:
         server.stop()
         env.runner.quit()
@@ -99,3 +101,23 @@ def test_a_server_without_metrics_gets_a_notice_not_a_crash(tmp_path):
     off = LiveMetrics()
     off.start("http://127.0.0.1:9", 0, None)
     assert "off" in off.notice
+
+
+def test_the_mock_servers_metrics_move_with_its_streams():
+    """The tab's tests need a server side that moves: the mock's /metrics counts what it served."""
+    import urllib.request
+
+    import openai
+
+    server = start_in_thread(ttft_ms=1, itl_ms=1, tokens=5)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="k")
+        for _ in range(2):
+            list(client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "a b c"}],
+                                                stream=True, max_tokens=5))
+        now = totals(tidy_rows(urllib.request.urlopen(server.url + "/metrics").read().decode(), 0.0))
+    finally:
+        server.stop()
+    assert now["vllm:generation_tokens_total"] == 10 and now["vllm:time_to_first_token_seconds_count"] == 2
+    assert now["vllm:inter_token_latency_seconds_count"] == 8 and now["vllm:num_requests_running"] == 0
+    assert now["vllm:prefix_cache_hits_total"] * 2 == now["vllm:prefix_cache_queries_total"], "the second prompt hit"

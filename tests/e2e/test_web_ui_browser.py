@@ -1,0 +1,137 @@
+"""The web UI in a real browser (headless Chromium, Debian's chromium + chromium-driver, driven by
+Selenium) against a live Locust master with two workers and the mock server: start a ramp from
+the form, open the "vLLM server" tab, see its figures move under load, reset the prefix cache and
+add a marker; the screenshot is kept in ``test-artifacts/``. Then the run is analysed like a
+headless one, markers included."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests as http
+
+from tests.conftest import start_fake_server
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--window-size=1400,1900")
+
+
+def browser(profile_dir: Path):
+    if not (CHROMIUM and CHROMEDRIVER):
+        if os.environ.get("REQUIRE_INTEGRATION"):
+            pytest.fail("no chromium/chromedriver: run launch/setup.sh (installs Debian's chromium and chromium-driver)")
+        pytest.skip("no chromium/chromedriver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile_dir}"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def until(check, what: str, timeout_s: float = 90.0):
+    """Poll until ``check()`` is truthy; fail naming ``what`` (states and counts, not timing)."""
+    deadline = time.time() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.25)
+
+
+def type_into(element, text: str) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    element.send_keys(Keys.CONTROL, "a")
+    element.send_keys(Keys.DELETE)
+    element.send_keys(text)
+
+
+def test_the_vllm_server_tab_in_a_real_browser(tmp_path):
+    from selenium.webdriver.common.by import By
+
+    server = start_fake_server()
+    server.configure(ttft_ms=30, itl_ms=5, tokens=40)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    samples = tmp_path / "ui-run"
+    ui = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+                           "--web-host", "127.0.0.1", "--web-port", str(port), "--processes", "2",
+                           "--samples-dir", str(samples), "--prompt-tokens", "64", "--max-tokens", "40"],
+                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    driver = None
+    try:
+        def ui_up():
+            try:
+                return http.get(base + "/stats/requests", timeout=2).ok
+            except http.ConnectionError:
+                return False
+
+        until(ui_up, "Locust's web UI")
+        until(lambda: http.get(base + "/stats/requests", timeout=5).json().get("worker_count") == 2, "two workers")
+        driver = browser(tmp_path / "chromium-profile")
+        driver.get(base)
+        type_into(until(lambda: driver.find_elements(By.CSS_SELECTOR, "input[name=userCount]"), "the start form")[0], "4")
+        type_into(driver.find_element(By.CSS_SELECTOR, "input[name=spawnRate]"), "4")
+        [b for b in driver.find_elements(By.CSS_SELECTOR, "button") if b.text.strip().upper() == "START"][0].click()
+        until(lambda: http.get(base + "/stats/requests", timeout=5).json()["state"] == "running", "the run to start")
+        until(lambda: [t for t in driver.find_elements(By.CSS_SELECTOR, "[role=tab]")
+                       if t.text.strip().lower() == "vllm server"], "the tab")[0].click()
+        frame = until(lambda: driver.find_elements(By.ID, "vllm-server-frame"), "the tab's charts")[0]
+        driver.switch_to.frame(frame)
+        data = lambda: driver.execute_script("return window.vllmServerData || null")  # noqa: E731
+        first = until(lambda: (d := data()) and len(d["history"]) >= 2 and d["client"] and
+                      d["client"][-1]["ttft_p50_ms"] is not None and d, "server and client figures")
+        later = until(lambda: (d := data()) and len(d["history"]) > len(first["history"]) + 1 and d, "new figures")
+        assert later["latest"]["generation_tokens_per_s"] > 0 and later["latest"]["num_requests_running"] > 0
+        assert later["client"][-1]["users"] == 4, "the form's user count reached the run"
+        assert 25 < later["client"][-1]["ttft_p50_ms"] < 1000, "client TTFT of a 30 ms server"
+        assert driver.find_elements(By.CSS_SELECTOR, "#chart-ttft path[data-series='client p50']")
+        assert driver.find_elements(By.CSS_SELECTOR, "#chart-requests path[data-series='running']")
+
+        driver.find_element(By.ID, "reset-prefix-cache").click()
+        until(lambda: "prefix cache reset" in driver.find_element(By.ID, "control-status").text, "the reset's answer")
+        assert server.prefix_cache_resets() == 1, "the button reached the server"
+        type_into(driver.find_element(By.ID, "marker-label"), "config changed")
+        driver.find_element(By.ID, "add-marker").click()
+        until(lambda: "config changed" in [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#chart-ttft .marker-label")],
+              "the marker on the charts")
+        until(lambda: len(data()["history"]) > len(later["history"]) + 2, "figures after the marker")
+        driver.switch_to.default_content()
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / "vllm-server-tab.png"
+        driver.save_screenshot(str(shot))
+        assert shot.stat().st_size > 20_000
+        http.post(base + "/stop", timeout=10)
+        until(lambda: glob.glob(str(samples / "loadrun-*.json")), "the run's load record")
+    finally:
+        if driver is not None:
+            driver.quit()
+        ui.terminate()
+        ui.wait(timeout=60)
+        server.stop()
+    (record,) = [json.loads(Path(p).read_text()) for p in glob.glob(str(samples / "loadrun-*.json"))]
+    assert [(m["kind"], m["label"]) for m in record["markers"]] == [("prefix cache reset", "prefix cache reset"),
+                                                                    ("marker", "config changed")]
+    done = subprocess.run([sys.executable, "-m", "analysis", str(samples)], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = (samples / "report.md").read_text()
+    assert "Markers set during the runs" in report and "config changed" in report

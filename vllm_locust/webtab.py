@@ -1,0 +1,122 @@
+"""The suite's part of Locust's web UI: the "vLLM server" tab, its data routes and its controls.
+
+Locust's modern UI takes extra tabs through ``template_args["extendedTabs"]`` and shows each as
+a table (``extendedTables``, rows from ``extendedStats`` in ``/stats/requests``): the tab's table
+holds the latest figures. Its live charts are a page of this package (``web/vllm_server.html``,
+plain SVG, nothing fetched from outside), which a small script added to Locust's index page puts
+above that table when the tab is open; the page also works on its own at ``/vllm-server``.
+
+Routes (on the deciding process's web UI):
+- ``GET /server-metrics``: the scraper's JSON (latest values under vLLM's names and the recent
+  history), plus the client's percentile history (``client``) and the run's ``markers``.
+- ``GET /server-metrics.csv``: the server series.
+- ``POST /vllm-server/marker`` (``label``): a labelled marker, written to the run's load record.
+- ``POST /vllm-server/reset-prefix-cache``: asks the target to reset its prefix cache (vLLM serves
+  that only with ``VLLM_SERVER_DEV_MODE=1``); a reset is a marker too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .controls import reset_prefix_cache
+
+TAB_KEY = "vllm-server"
+TAB_TITLE = "vLLM server"
+TABLE = [{"key": "figure", "title": "vLLM figure"}, {"key": "value", "title": "latest"},
+         {"key": "source", "title": "measured by"}]
+PAGE = Path(__file__).with_name("web") / "vllm_server.html"
+SCRIPT = Path(__file__).with_name("web") / "vllm_server_tab.js"
+TAB_SCRIPT_TAG = '<script src="./vllm-server/tab.js"></script>'
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def table_rows(status: dict, client_row: dict | None) -> list[dict]:
+    """The tab's table: the server's latest figures (under vLLM's names) and the client's."""
+    rows = [{"figure": name, "value": _shown(value), "source": "server /metrics"}
+            for name, value in (status.get("latest") or {}).items()]
+    for name, value in (client_row or {}).items():
+        if name != "t_s":
+            rows.append({"figure": f"client {name}", "value": _shown(value), "source": "raw samples"})
+    if status.get("notice"):
+        rows.insert(0, {"figure": "notice", "value": status["notice"], "source": status.get("url") or ""})
+    return rows
+
+
+def status_json(plugin) -> dict:
+    status = json.loads(plugin.live.as_json())
+    status["client"] = list(plugin.client_series.history)[-600:]
+    status["markers"] = list(plugin.markers)
+    return status
+
+
+def register(web_ui, plugin) -> None:
+    """Add the tab, its routes and its controls to Locust's web UI."""
+    from flask import Response, jsonify, request
+
+    app, auth = web_ui.app, web_ui.auth_required_if_enabled
+    web_ui.template_args["extendedTabs"] = [{"title": TAB_TITLE, "key": TAB_KEY}]
+    web_ui.template_args["extendedTables"] = [{"key": TAB_KEY, "structure": TABLE}]
+    web_ui.template_args["extendedCsvFiles"] = [{"href": "./server-metrics.csv", "title": "Download vLLM server metrics CSV"}]
+
+    @app.route("/server-metrics")
+    @auth
+    def server_metrics():
+        return Response(json.dumps(status_json(plugin)), mimetype="application/json")
+
+    @app.route("/server-metrics.csv")
+    @auth
+    def server_metrics_csv():
+        return Response(plugin.live.as_csv(), mimetype="text/csv",
+                        headers={"Content-Disposition": "attachment; filename=server-metrics.csv"})
+
+    @app.route("/vllm-server")
+    @auth
+    def vllm_server_page():
+        return Response(PAGE.read_text(), mimetype="text/html")
+
+    @app.route("/vllm-server/tab.js")
+    @auth
+    def vllm_server_tab_script():
+        return Response(SCRIPT.read_text(), mimetype="text/javascript")
+
+    @app.route("/vllm-server/marker", methods=["POST"])
+    @auth
+    def add_marker():
+        label = str((request.get_json(silent=True) or request.form).get("label") or "").strip()
+        if not label:
+            return jsonify({"success": False, "message": "a marker needs a label"}), 400
+        marker = plugin.add_marker(label, "marker")
+        if marker is None:
+            return jsonify({"success": False, "message": "no run in progress: start one, then add markers"}), 409
+        return jsonify({"success": True, "marker": marker})
+
+    @app.route("/vllm-server/reset-prefix-cache", methods=["POST"])
+    @auth
+    def reset_cache():
+        options = plugin.environment.parsed_options
+        ok, message = reset_prefix_cache(plugin.environment.host or "", getattr(options, "api_key", "") or "")
+        marker = plugin.add_marker("prefix cache reset", "prefix cache reset") if ok else None
+        return jsonify({"success": ok, "message": message, "marker": marker}), 200 if ok else 502
+
+    @app.after_request
+    def extend(response):
+        """The tab's table rows in ``/stats/requests``; the tab's script in the index page."""
+        path = request.path.rstrip("/")
+        if path.endswith("/stats/requests") and response.is_json:
+            data = response.get_json()
+            history = plugin.client_series.history
+            rows = table_rows(json.loads(plugin.live.as_json()), history[-1] if history else None)
+            data["extendedStats"] = [{"key": TAB_KEY, "data": rows}]
+            response.set_data(json.dumps(data))
+        elif request.path in ("/", "") and response.mimetype == "text/html" and not response.direct_passthrough:
+            page = response.get_data(as_text=True)
+            if TAB_SCRIPT_TAG not in page and "</body>" in page:
+                response.set_data(page.replace("</body>", TAB_SCRIPT_TAG + "\n</body>", 1))
+        return response
