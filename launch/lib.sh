@@ -95,6 +95,16 @@ check_flags() {
     || die "profile '$PROFILE' has flags the installed vLLM refuses (above)"
 }
 
+# require_free_port: refuse a port something already listens on. Seen: a busy port answered
+# /health for another server, which was then reported, measured and written down as ours.
+require_free_port() {
+  local probe=$SERVER_HOST
+  [[ "$probe" == "0.0.0.0" || "$probe" == "::" ]] && probe=127.0.0.1
+  if (exec 3<>"/dev/tcp/$probe/$SERVER_PORT") 2>/dev/null; then
+    die "port $SERVER_PORT on $probe is in use by another process: stop it, or set PORT to a free port"
+  fi
+}
+
 # start_server RUN_DIR: vLLM in its own session (process group), log in RUN_DIR/server.log.
 start_server() {
   local dir=$1
@@ -123,6 +133,9 @@ wait_healthy() {
       return 1
     fi
     curl -sf -o /dev/null --max-time 2 "$url/health" && {
+      if [[ -n "${SERVER_PID:-}" ]] && ! kill -0 "$SERVER_PID" 2>/dev/null; then
+        continue  # not ours that answered: the next turn reports our server's exit
+      fi
       SECONDS_TO_HEALTHY=$(awk -v a="${SERVER_T0:-0}" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
       return 0; }
     sleep 1
@@ -134,8 +147,9 @@ wait_healthy() {
 # smoke_test URL MODEL: one short chat completion must come back with a choice.
 smoke_test() {
   local out
+  # The key goes in through a file descriptor (printf is a builtin): never on curl's command line.
   out=$(curl -s --max-time 120 "$1/v1/chat/completions" -H 'Content-Type: application/json' \
-    ${OPENAI_API_KEY:+-H "Authorization: Bearer $OPENAI_API_KEY"} \
+    -H @<([[ -z "${OPENAI_API_KEY:-}" ]] || printf 'Authorization: Bearer %s\n' "$OPENAI_API_KEY") \
     -d "{\"model\": \"$2\", \"messages\": [{\"role\": \"user\", \"content\": \"hello\"}], \"max_tokens\": 4}") || true
   [[ "$out" == *'"choices"'* ]] || { echo "launch: smoke test failed at $1 (model $2): ${out:0:300}" >&2; return 1; }
 }

@@ -30,6 +30,7 @@ if [[ -n "$sweep_settings" ]]; then
 fi
 build_command "$profile"
 if [[ -n "$dry_run" ]]; then print_command; exit 0; fi
+[[ -n "$check_only" ]] || require_free_port
 check_flags
 [[ -n "$check_only" ]] && { echo "launch: profile '$profile': every flag accepted by the installed vLLM"; exit 0; }
 

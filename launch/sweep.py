@@ -94,8 +94,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="record a failed run or server and go on to the next run or profile")
     p.add_argument("--health-timeout", type=float, default=float(os.environ.get("HEALTH_TIMEOUT", 600)))
     args = p.parse_args(argv)
-    args.locust_args = locust_args
+    args.locust_args, key = without_api_key(locust_args)
+    if key:  # every child (serve.sh, prepare, Locust and its workers) reads it from there
+        os.environ["OPENAI_API_KEY"] = key
     return args
+
+
+def without_api_key(locust_args: list[str]) -> tuple[list[str], str]:
+    """Take ``--api-key KEY`` (or ``--api-key=KEY``) out of Locust's arguments: the key travels in
+    the environment, never on a command line (process listings) or in ``run.json``'s arguments."""
+    out, key, i = [], "", 0
+    while i < len(locust_args):
+        arg = locust_args[i]
+        if arg == "--api-key" and i + 1 < len(locust_args):
+            key, i = locust_args[i + 1], i + 2
+            continue
+        if arg.startswith("--api-key="):
+            key = arg.split("=", 1)[1]
+        else:
+            out.append(arg)
+        i += 1
+    return out, key
 
 
 # One process keeps its event-loop lag p99 near or under 1 ms up to about this many chunks/s

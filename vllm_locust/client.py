@@ -74,6 +74,22 @@ def is_client_error(err: BaseException) -> bool:
     return not isinstance(err, SERVER_SIDE)
 
 
+def connection_refused(err: BaseException) -> bool:
+    """The server is not there (nothing listens, or the connection could not be opened): the
+    request never reached it. Not a timeout, not an error the server sent."""
+    if isinstance(err, openai.APITimeoutError):
+        return False
+    if isinstance(err, openai.APIConnectionError):
+        return True
+    seen, cause = set(), err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, (ConnectionRefusedError, httpx2.ConnectError)):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def describe_error(err: BaseException, read_timeout_s: float | None = None) -> str:
     """One line that says what went wrong with a request, and whose fault it was."""
     if isinstance(err, StreamError):

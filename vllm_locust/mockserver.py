@@ -9,6 +9,7 @@ in another process can be compared with it directly.
 
 ``POST /_config`` changes the script at run time (``ttft_ms``, ``itl_ms``, ``tokens``, ``mode``,
 ``tokens_per_chunk``: several tokens per chunk, as speculative decoding delivers them;
+``api_key``: answer 401 without ``Authorization: Bearer <key>``;
 ``reset_prefix_cache``: serve ``POST /reset_prefix_cache``, as vLLM does with
 ``VLLM_SERVER_DEV_MODE=1``; ``max_streams``: serve at most that many streams at once, the rest wait, so the server's
 capacity is known: ``max_streams / (ttft + (tokens - 1) * itl)`` requests/s). Like vLLM
@@ -39,7 +40,7 @@ from pathlib import Path
 from .mockmetrics import MockMetrics
 
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
-          "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True}
+          "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": ""}
 METRICS = MockMetrics()
 _SLOTS: dict = {"n": 0, "semaphore": None}
 _SLOTS_LOCK = threading.Lock()
@@ -103,7 +104,17 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length) or b"{}")
 
+    def refused(self) -> bool:
+        """With ``api_key`` set, every route but the test's own (``/_*``) needs it, as ``vllm serve --api-key``."""
+        key = CONFIG.get("api_key")
+        if not key or self.path.startswith("/_") or self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        self._json(401, {"error": "Unauthorized"})
+        return True
+
     def do_GET(self):
+        if self.refused():
+            return
         if self.path.rstrip("/") == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": CONFIG["model"], "object": "model"}]})
         elif self.path == "/_log":
@@ -126,6 +137,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         recv = self.arrived
         body = self._body()
+        if self.refused():
+            return
         if self.path == "/_config":
             CONFIG.update(body)
             with LOG_LOCK:
@@ -243,7 +256,7 @@ def serve(port: int = 0, **config) -> Server:
 
 
 DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
-                  "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True}
+                  "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": ""}
 
 
 class MockServer:

@@ -21,8 +21,15 @@ OPTIONS = [
                      help="Served model name; empty: the first id from GET /v1/models")),
     ("--endpoint", dict(default="chat", choices=["chat", "completions"], env_var="LOCUST_ENDPOINT",
                         help="Stream /v1/chat/completions or /v1/completions")),
-    ("--api-key", dict(default="", env_var="OPENAI_API_KEY", is_secret=True,
-                       help="Bearer token for the server (env OPENAI_API_KEY)")),
+    # Not in the web UI: its form shows each option's value as the field's default (the key was in
+    # the page), and a blank field would replace the key a run was started with.
+    ("--api-key", dict(default="", env_var="OPENAI_API_KEY", include_in_web_ui=False,
+                       help="Bearer token for the server (env OPENAI_API_KEY; or --api-key-file)")),
+    ("--api-key-file", dict(default="", env_var="LOCUST_API_KEY_FILE", include_in_web_ui=False,
+                            help="File whose first line is the bearer token (when --api-key is not given)")),
+    ("--stop-after-refused-s", dict(type=float, default=30.0, env_var="LOCUST_STOP_AFTER_REFUSED_S",
+                                    help="Stop the run (exit 2) when every request for this many seconds found no "
+                                         "server (connection refused); 0: never. Users back off meanwhile")),
     ("--connect-timeout", dict(type=float, default=10.0, env_var="LOCUST_CONNECT_TIMEOUT",
                                help="Seconds to open a connection before the request fails")),
     ("--read-timeout", dict(type=float, default=600.0, env_var="LOCUST_READ_TIMEOUT",
@@ -107,6 +114,20 @@ def add_options(parser) -> None:
         if flag in WEB_UI_HIDDEN:
             kwargs = {**kwargs, "include_in_web_ui": False}
         parser.add_argument(flag, **kwargs)
+    # Locust's web UI listens on every interface by default; a load tester's UI starts runs and
+    # shows the target, so it listens on loopback unless --web-host (LOCUST_WEB_HOST) says otherwise.
+    parser.set_defaults(web_host="127.0.0.1")
+
+
+def resolve_api_key(options) -> None:
+    """``--api-key-file``: the key from the file's first line, when no ``--api-key`` was given."""
+    path = getattr(options, "api_key_file", "") or ""
+    if path and not getattr(options, "api_key", ""):
+        try:
+            with open(path) as f:
+                options.api_key = f.readline().strip()
+        except OSError as err:
+            raise ValueError(f"--api-key-file {path}: {err.strerror}") from None
 
 
 def workload_spec(options) -> WorkloadSpec:

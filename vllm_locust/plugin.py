@@ -35,8 +35,8 @@ from .client import ServerCheckError, make_client, require_host, resolve_model
 from .context import LoadContext, build_context, context_key
 from .client_window import REPORT_KEY, ClientSeries, ClientWindow
 from .live_metrics import LiveMetrics
-from .webform import guard_swarm
-from .options import SECRET_OPTIONS, STEP_OPTIONS, WEB_UI_HIDDEN
+from .webform import guard_swarm, option_errors
+from .options import SECRET_OPTIONS, STEP_OPTIONS, WEB_UI_HIDDEN, resolve_api_key
 from .pacer import Pacer
 from .recorder import SampleRecorder
 from .schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, PhaseChange, load_record_file,
@@ -115,6 +115,7 @@ class VllmPlugin:
         self._context: LoadContext | None = None
         self._context_lock = gevent.lock.Semaphore()
         self.pacer = Pacer()
+        self._refused_since: float | None = None  # every request since then found no server
         self._unscheduled_said = False
         self.live = LiveMetrics()  # the deciding process's scraper of the target's /metrics
         self.markers: list[dict] = []  # labelled instants of this run (web UI), in its load record
@@ -166,6 +167,11 @@ class VllmPlugin:
         if environment.shape_class is None:
             WEB_UI_HIDDEN.update(STEP_OPTIONS)  # a web-UI run would ignore them: not offered
         plugin = cls(environment)
+        if options is not None:
+            try:
+                resolve_api_key(options)
+            except ValueError as err:
+                plugin.fail_run(str(err))
         if getattr(environment, "web_ui", None) is not None:
             webtab.register(environment.web_ui, plugin)
             guard_swarm(environment.web_ui, environment)
@@ -272,6 +278,12 @@ class VllmPlugin:
         options = environment.parsed_options
         self.workload_error = None
         if self.deciding:
+            # A bad value stops the run here: on a worker it only reached that worker's log, and
+            # with --processes 2 the run went on for its whole -t doing nothing, exit code 0.
+            error = option_errors(options, environment.shape_class is not None)
+            if error:
+                self.fail_run(error)
+                return
             # The deciding process checks the server once; workers get the model with each spawn.
             try:
                 options.model = resolve_model(require_host(environment.host), options.model, options.api_key)
@@ -452,6 +464,21 @@ class VllmPlugin:
     def close_recorder(self) -> None:
         if self.recorder is not None:
             self.recorder.close()
+
+    def server_answered(self) -> None:
+        self._refused_since = None
+
+    def server_refused(self) -> None:
+        """A request found no server; after ``--stop-after-refused-s`` of nothing else, stop the run
+        (exit 2): what was measured is kept, nothing more would be."""
+        now = time.monotonic()
+        if self._refused_since is None:
+            self._refused_since = now
+            return
+        limit = float(getattr(self.environment.parsed_options, "stop_after_refused_s", 0) or 0)
+        if limit > 0 and now - self._refused_since >= limit and self.environment.process_exit_code != 2:
+            self.fail_run(f"no server at {self.environment.host}: every request for {limit:g} s was refused "
+                          "(did it die?); stopping the run, what was measured is kept (--stop-after-refused-s)")
 
     def fail_run(self, message: str) -> None:
         """Stop the whole run with one line and a non-zero exit code."""

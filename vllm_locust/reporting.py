@@ -63,9 +63,11 @@ class RequestReport:
                 self._window(metric, value_ms)
 
     def failure(self, elapsed_ms: float, exception: Exception) -> None:
-        """A failed request: an ``E2E`` failure in Locust; its earlier samples stand as reported."""
+        """A failed request: an ``E2E`` failure in Locust; its earlier samples stand as reported.
+        Its time stays out of Locust's E2E percentiles (``response_time=None``: counted, not
+        timed): a dead server's instant refusals had pulled them to 0 ms. The row keeps it."""
         if self._measured:
-            self._fire(**{**self._event, "name": E2E, "response_time": elapsed_ms, "response_length": 0,
+            self._fire(**{**self._event, "name": E2E, "response_time": None, "response_length": 0,
                           "exception": exception})
 
     def close(self, row: RequestRow) -> None:

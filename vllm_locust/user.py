@@ -12,11 +12,12 @@ import itertools
 import logging
 import time
 
+import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from .client import RequestFailure, ServerCheckError, describe_error, is_client_error
+from .client import RequestFailure, ServerCheckError, connection_refused, describe_error, is_client_error
 from .context import LoadContext
 from .metrics import E2E, TPOT, StreamTimer, ms_between
 from .pacer import Arrival
@@ -26,6 +27,8 @@ from .schema import INTERRUPTED, RequestRow
 from .sse import stamped_payloads
 from .stream import StreamResult, consume
 from .wire import WireClock
+
+MAX_BACKOFF_S = 1.0
 
 logger = logging.getLogger(__name__)
 _request_numbers = itertools.count(1)
@@ -55,6 +58,7 @@ class ChatStreamUser(User):
         self.plugin = VllmPlugin.awaited(self.environment)
         self.spawned_perf_s = time.perf_counter()
         self.first_sent = False  # spawn-to-first-send is recorded once per user
+        self.refusals = 0  # consecutive refused connections: the backoff's exponent
 
     def _client_for(self, ctx: LoadContext):
         """This user's client, rebuilt when the host, key or timeouts change (web UI runs)."""
@@ -119,7 +123,22 @@ class ChatStreamUser(User):
             error = RequestFailure(describe_error(err, float(self.environment.parsed_options.read_timeout)))
             if is_client_error(err):
                 logger.exception("%s", error)
+            refused = connection_refused(err)
+        else:
+            refused = False
         self._finish(report, timer, ctx, prompt, labels, result, error, time.perf_counter(), arrival)
+        self.back_off(refused)
+
+    def back_off(self, refused: bool) -> None:
+        """After a refused connection, wait (doubling, up to ``MAX_BACKOFF_S``) before the next
+        request: a dead server's port answered about 470 refusals a second to zero-wait users."""
+        if not refused:
+            self.refusals = 0
+            self.plugin.server_answered()
+            return
+        self.refusals += 1
+        self.plugin.server_refused()
+        gevent.sleep(min(MAX_BACKOFF_S, 0.01 * 2 ** min(self.refusals, 10)))
 
     def _finish(self, report: RequestReport | None, timer: StreamTimer | None, ctx: LoadContext, prompt,
                 labels: tuple, result: StreamResult, error: Exception | None, end_perf: float,

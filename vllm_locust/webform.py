@@ -32,7 +32,12 @@ def form_errors(options: Namespace, form, shaped: bool) -> str | None:
             return f"{flag} {raw!r}: expected a {'number' if kind is float else 'whole number'}"
         if kwargs.get("choices") and values[dest] not in kwargs["choices"]:
             return f"{flag} {raw!r}: choose one of {', '.join(kwargs['choices'])}"
-    ns = Namespace(**values)
+    return option_errors(Namespace(**values), shaped)
+
+
+def option_errors(ns: Namespace, shaped: bool) -> str | None:
+    """The first problem with the suite's option values, or None: the checks every run makes on
+    the deciding process before anything is sent (a worker's failure would only reach its log)."""
     try:
         workload_spec(ns)
         parse_steps(ns.steps)
@@ -40,9 +45,13 @@ def form_errors(options: Namespace, form, shaped: bool) -> str | None:
         check_burstiness(float(ns.burstiness))
     except ValueError as err:
         return str(err)
+    if float(getattr(ns, "step_duration", 1) or 0) <= 0:
+        return f"--step-duration {float(ns.step_duration or 0):g}: the measured seconds of a step must be positive"
+    if float(getattr(ns, "step_warmup", 0) or 0) < 0:
+        return f"--step-warmup {float(ns.step_warmup):g}: zero or more seconds"
     for flag in ("connect_timeout", "read_timeout"):
-        if not float(values[flag]) > 0:
-            return f"--{flag.replace('_', '-')} {values[flag]:g}: must be positive"
+        if not float(getattr(ns, flag)) > 0:
+            return f"--{flag.replace('_', '-')} {float(getattr(ns, flag)):g}: must be positive"
     return None
 
 

@@ -59,7 +59,7 @@ def test_a_plain_steps_run_gives_one_summary_row_per_step(steps_run):
     assert "only one label was measured" in (steps_run / "report.md").read_text()
 
 
-@pytest.mark.parametrize("damage", ["random bytes", "wrong columns", "bad run.json"])
+@pytest.mark.parametrize("damage", ["random bytes", "wrong columns", "bad run.json", "truncated quoted field"])
 def test_broken_files_get_one_line_and_exit_2(steps_run, tmp_path, damage):
     import shutil
 
@@ -70,8 +70,11 @@ def test_broken_files_get_one_line_and_exit_2(steps_run, tmp_path, damage):
         sample.write_bytes(bytes(range(256)) * 8)
     elif damage == "wrong columns":
         sample.write_text("a,b\n1,2\n")
-    else:
+    elif damage == "bad run.json":
         (broken / "run.json").write_text("{not json")
+    else:
+        requests_csv = next(broken.glob("requests-*.csv"))
+        requests_csv.write_text(requests_csv.read_text() + 'x,"an error message cut off')
     proc = analyse(broken)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("analysis: ")

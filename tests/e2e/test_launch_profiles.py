@@ -67,3 +67,19 @@ def test_profile_values_are_parsed_never_evaluated(tmp_path):
 def test_gpu_profile_without_model_says_what_to_set():
     proc = serve("baseline", "--dry-run")
     assert proc.returncode != 0 and "set MODEL=" in proc.stderr
+
+
+def test_a_port_another_server_listens_on_is_refused_before_anything_starts(tmp_path):
+    """Seen: serve.sh on a busy port reported "healthy after 0.0s" for the other server, wrote a
+    manifest with vLLM's versions and exited 0 while its own vLLM died with EADDRINUSE."""
+    from tests.conftest import start_fake_server
+
+    other = start_fake_server()
+    try:
+        proc = serve("baseline-cpu", "--run-dir", str(tmp_path / "run"),
+                     env={"PORT": str(other.port), "VLLM_PYTHON": "/nonexistent/python"})
+    finally:
+        other.stop()
+    assert proc.returncode != 0
+    assert f"port {other.port} on 127.0.0.1 is in use by another process" in proc.stderr, proc.stderr
+    assert "healthy" not in proc.stdout + proc.stderr and not (tmp_path / "run" / "manifest.json").exists()

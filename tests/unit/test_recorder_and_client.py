@@ -78,3 +78,22 @@ def test_error_messages():
 def test_api_base():
     assert api_base("http://127.0.0.1:8000") == "http://127.0.0.1:8000/v1"
     assert api_base("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/v1"
+
+
+def test_a_failed_requests_time_stays_out_of_locusts_percentiles():
+    """A dead server refuses at once: those 0.3 ms failures had pulled Locust's E2E p50 to 0."""
+    from locust.env import Environment
+    from locust.event import Events
+
+    from vllm_locust.reporting import RequestInfo, RequestReport
+
+    env = Environment(events=Events())
+    env.create_local_runner()
+    info = RequestInfo("r", "w", "w:1", "chat", "measured", 1, None, 0.0, 0.0)
+    for _ in range(3):
+        RequestReport(env, None, info).failure(0.3, RuntimeError("connection failed"))
+    RequestReport(env, None, info).sample("E2E", 250.0, 0.25, 8)
+    entry = env.stats.get("E2E", "chat")
+    assert entry.num_requests == 4 and entry.num_failures == 3
+    assert entry.get_response_time_percentile(0.5) == 250 and entry.min_response_time == 250
+    env.runner.quit()

@@ -24,3 +24,10 @@ def test_bad_values_are_named(form, shaped, message):
 def test_good_values_pass():
     assert form_errors(defaults(), {"prompt_tokens": "64", "request_rate": "4", "no_unique_prompts": "true"}, False) is None
     assert form_errors(defaults(), {"request_rate": "1,2,4"}, True) is None, "steps of rates with the shape"
+
+
+@pytest.mark.parametrize("values, flag", [({"step_duration": "-5"}, "--step-duration"), ({"step_duration": "0"}, "--step-duration"),
+                                          ({"step_warmup": "-1"}, "--step-warmup")])
+def test_step_times_must_make_sense(values, flag):
+    """Seen: a negative --step-duration was accepted with exit 0."""
+    assert form_errors(defaults(), values, shaped=True).startswith(flag)

@@ -1,0 +1,145 @@
+"""What a new user found: an API key in the web UI's page and in sweep records, a web UI open to
+every interface, a sweep's reachability check without the key, a bad workload option that ran the
+whole -t with --processes 2, sweep parameters that were never checked (each failed before its fix)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests as http
+
+from tests.conftest import start_fake_server
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-test-0123456789-never-in-files"
+LOAD = ["--max-tokens", "8", "--prompt-tokens", "32", "--prompt-pool", "8"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses (hex, as /proc/net/tcp{,6} write them) of the sockets listening on ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if int(hex_port, 16) == port and state == "0A":
+                found.add(address)
+    return found
+
+
+def test_the_web_ui_shows_no_key_and_listens_on_loopback_only():
+    port = free_port()
+    env = {**__import__("os").environ, "OPENAI_API_KEY": KEY}
+    ui = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host",
+                           "http://127.0.0.1:9", "--web-port", str(port)], cwd=ROOT, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        page = None
+        deadline = time.time() + 60
+        while page is None:
+            try:
+                page = http.get(f"http://127.0.0.1:{port}/", timeout=2).text
+            except http.ConnectionError:
+                assert time.time() < deadline, "the web UI did not start"
+                time.sleep(0.2)
+        addresses = listening_addresses(port)
+    finally:
+        ui.terminate()
+        ui.wait(timeout=30)
+    assert KEY not in page, "the key is not an option default in the page"
+    assert "api_key" not in page, "the key's field is not offered (a blank field would blank the key)"
+    assert addresses == {"0100007F"}, f"listening on {addresses}: only 127.0.0.1 unless --web-host says otherwise"
+
+
+def test_a_sweep_sends_the_key_everywhere_and_writes_it_nowhere(tmp_path):
+    server = start_fake_server()
+    server.configure(ttft_ms=5, itl_ms=1, tokens=8, api_key=KEY)
+    out = tmp_path / "runs"
+    try:
+        proc = subprocess.run(["bash", str(ROOT / "launch" / "sweep.sh"), "--external-url", server.url, "--label", "k",
+                               "--concurrency", "2", "--warmup", "1", "--duration", "3", "--out", str(out),
+                               "--", "--api-key", KEY, *LOAD], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "k" / "c2" / "r1" / "run.json").exists()
+    assert KEY not in proc.stdout + proc.stderr
+    leaks = [str(p) for p in out.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+    assert leaks == [], f"the key is written in {leaks}"
+
+
+def run_group(cmd: list[str], timeout_s: float) -> tuple[int | None, str]:
+    """Run ``cmd`` in its own process group; past ``timeout_s`` kill the whole group (Locust's
+    worker processes hold the pipes open) and return ``None`` as the exit code."""
+    import os
+    import signal
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out
+
+
+def test_a_bad_workload_option_with_processes_2_stops_at_once_with_exit_2():
+    server = start_fake_server()
+    try:
+        # -t 300s: a run that does not stop on the bad value would still be running at the limit.
+        code, out = run_group([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+                               "--headless", "--processes", "2", "-u", "2", "-r", "2", "-t", "300s",
+                               "--prompt-tokens", "0"], timeout_s=150)
+    finally:
+        server.stop()
+    assert code == 2, f"exit {code}: {out[-2000:]}"
+    assert "--prompt-tokens" in out
+
+
+def test_a_server_that_dies_mid_run_stops_the_run_and_keeps_what_was_measured(tmp_path):
+    """Seen: after the server died, zero-wait users hit the dead port about 470 times a second for
+    the rest of the run, and those failures' times went into Locust's E2E percentiles."""
+    import glob
+
+    import pandas as pd
+
+    server = start_fake_server()
+    server.configure(ttft_ms=5, itl_ms=1, tokens=8)
+    samples = tmp_path / "samples"
+    proc = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+                             "--headless", "-u", "4", "-r", "4", "-t", "300s", "--stop-after-refused-s", "3",
+                             "--samples-dir", str(samples), *LOAD], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while sum(1 for f in glob.glob(str(samples / "requests-*.csv")) for _ in open(f)) < 21:
+            assert time.time() < deadline and proc.poll() is None, "no requests recorded"
+            time.sleep(0.2)
+        server.stop()  # the server dies
+        out, _ = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            import os
+            import signal
+
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 2, out[-2000:]
+    assert "no server at " + server.url in out and "--stop-after-refused-s" in out
+    requests = pd.concat(pd.read_csv(f) for f in glob.glob(str(samples / "requests-*.csv")))
+    good, refused = requests[requests["error"].isna()], requests[requests["error"].notna()]
+    assert len(good) >= 20, "what was measured before the death is kept"
+    assert 0 < len(refused) < 200, f"{len(refused)} refused requests: the users back off"
+    assert glob.glob(str(samples / "loadrun-*.json")), "the run is recorded"
