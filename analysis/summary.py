@@ -17,7 +17,7 @@ from vllm_locust.schema import (CLIENT, CPU_PCT, IDS, ITL, LEVEL, LOOP_LAG_MS, P
 from . import server as server_stats
 from .goodput import Slo, from_intended, goodput
 from .stats import percentiles
-from .tidy import at_level, failed, interrupted, succeeded
+from .tidy import at_level, failed, failure_kinds, interrupted, succeeded
 
 # 2 ms: on the H200 the suite agreed with vLLM's client on ITL at loop-lag p99 1.1-1.8 ms, and
 # read p95 ITL 33% high at 4.5 ms; an idle 2-core VM's own wake-up floor is about 1.1 ms.
@@ -133,6 +133,7 @@ def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame,
         row = {SUMMARY.profile: profile, SUMMARY.request_rate: float(rate), SUMMARY.concurrency: int(concurrency),
                SUMMARY.repeats: int(per[PER_RUN.repeat].nunique()),
                SUMMARY.requests: int(len(r) - len(interrupted(r))), SUMMARY.failures: int(len(failed(r))),
+               SUMMARY.failure_kinds: failure_kinds(r),
                SUMMARY.interrupted: int(len(interrupted(r)))}
         for metric, qs in PERCENTILES:
             values = s.loc[s[SAMPLE.metric] == metric, SAMPLE.value_ms].to_numpy()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from vllm_locust.client import failure_kind
 from vllm_locust.schema import CLIENT, FAILURES, IDS, INTERRUPTED, LEVEL, MEASURED, REQUEST, SAMPLE, SERVER
 
 from .load import AnalysisError, Run
@@ -71,7 +72,18 @@ def failure_table(requests: pd.DataFrame) -> pd.DataFrame:
     if bad.empty:
         return pd.DataFrame(columns=list(FAILURES))
     counts = bad.groupby([IDS.profile, *LEVEL, REQUEST.error]).size().reset_index(name=FAILURES.count)
-    return counts.rename(columns={REQUEST.error: FAILURES.error})[list(FAILURES)]
+    counts[FAILURES.kind] = counts[REQUEST.error].map(lambda e: failure_kind(str(e)))
+    return counts.rename(columns={REQUEST.error: FAILURES.error}).sort_values(
+        [IDS.profile, *LEVEL, FAILURES.kind, FAILURES.error])[list(FAILURES)].reset_index(drop=True)
+
+
+def failure_kinds(requests: pd.DataFrame) -> str:
+    """``"connection:120, http_5xx:3"``: one level's failed requests counted by kind."""
+    bad = failed(requests)
+    if bad.empty:
+        return ""
+    counts = bad[REQUEST.error].map(lambda e: failure_kind(str(e))).value_counts()
+    return ", ".join(f"{kind}:{n}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def tidy_samples(runs: list[Run]) -> pd.DataFrame:

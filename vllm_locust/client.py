@@ -90,12 +90,27 @@ def connection_refused(err: BaseException) -> bool:
     return False
 
 
+MAX_RETRY_AFTER_S = 60.0
+
+
+def retry_after_s(err: BaseException) -> float | None:
+    """An HTTP 429's ``Retry-After`` in seconds (capped at a minute), or None."""
+    if not isinstance(err, openai.APIStatusError) or err.status_code != 429:
+        return None
+    try:
+        return min(MAX_RETRY_AFTER_S, max(0.0, float(err.response.headers.get("retry-after", "1"))))
+    except (TypeError, ValueError):
+        return 1.0  # an HTTP date or garbage: wait a second, as for a missing header
+
+
 def describe_error(err: BaseException, read_timeout_s: float | None = None) -> str:
     """One line that says what went wrong with a request, and whose fault it was."""
     if isinstance(err, StreamError):
         return str(err)
     if isinstance(err, openai.APIStatusError):
-        return f"HTTP {err.status_code}: {server_message(err.body) or err.message}"
+        wait = retry_after_s(err)
+        after = f" (Retry-After {wait:g} s: this user waits)" if wait is not None else ""
+        return f"HTTP {err.status_code}: {server_message(err.body) or err.message}{after}"
     if isinstance(err, (openai.APITimeoutError, httpx2.TimeoutException)):
         return f"timeout: no bytes for {read_timeout_s:g} s (--read-timeout)" if read_timeout_s else "timeout"
     if isinstance(err, openai.APIConnectionError):
@@ -109,6 +124,22 @@ def describe_error(err: BaseException, read_timeout_s: float | None = None) -> s
     if isinstance(err, json.JSONDecodeError):
         return f"malformed chunk: not JSON ({err.msg})"
     return f"client error (not the server's): {type(err).__name__}: {err}".splitlines()[0]
+
+
+# The kinds of failure, from the one-line messages ``describe_error`` and the stream write (prefix
+# -> kind, first match wins): how the summary and failures.csv count them.
+FAILURE_KINDS = (("HTTP 429", "http_429"), ("HTTP 4", "http_4xx"), ("HTTP 5", "http_5xx"), ("timeout", "timeout"),
+                 ("connection failed", "connection"), ("connection lost mid-stream", "stream_cut"),
+                 ("stream ended without", "stream_incomplete"), ("stream finished", "stream_incomplete"),
+                 ("malformed chunk", "malformed_chunk"), ("server error in stream", "server_error_in_stream"),
+                 ("client error", "client_error"))
+
+
+def failure_kind(message: str) -> str:
+    for prefix, kind in FAILURE_KINDS:
+        if message.startswith(prefix):
+            return kind
+    return "other"
 
 
 def serves_continuous_usage(host: str, api_key: str = "", timeout_s: float = 10.0) -> bool:

@@ -17,7 +17,9 @@ it serves ``GET /version``, ``GET /metrics`` (``mockmetrics``: vLLM's names, mov
 ``usage`` on every chunk). The log keeps a digest of each request's prompt, to check uniqueness.
 Modes: ``ok``, ``malformed`` (a non-JSON chunk after two tokens), ``nofinish`` (stream ends after
 two tokens without a finish reason), ``die`` (connection closed after two tokens), ``error``
-(an in-stream error event after two tokens, as vLLM sends when its engine dies).
+(an in-stream error event after two tokens, as vLLM sends when its engine dies), ``shape`` (a
+chunk whose ``choices`` is not a list), and before any response: ``http500``, ``http429`` (with
+``Retry-After: retry_after_s``), ``reset`` (connection closed), ``hang`` (never answers for ``hang_s``).
 
 Run: ``python -m vllm_locust.mockserver --port 0 --ttft-ms 100 --itl-ms 5`` prints ``PORT <n>`` once
 listening (127.0.0.1 only); ``start_process()`` does that and returns a ``MockServer`` handle;
@@ -152,6 +154,26 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, {"count": tokenize_count(body), "tokens": [0] * tokenize_count(body)})
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
             return self._json(404, {"error": {"message": f"no route {self.path}", "code": 404}})
+        fault = CONFIG["mode"]
+        if fault == "http500":
+            return self._json(500, {"error": {"message": "CUDA out of memory (mock)", "type": "InternalServerError", "code": 500}})
+        if fault == "http429":
+            self.send_response(429)
+            data = json.dumps({"error": {"message": "too many requests (mock)", "code": 429}}).encode()
+            self.send_header("Retry-After", str(CONFIG.get("retry_after_s", 1)))
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        if fault == "reset":  # the connection is dropped before any response
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        if fault == "hang":  # accepted, read, never answered
+            time.sleep(float(CONFIG.get("hang_s", 30)))
+            self.close_connection = True
+            return
         if body.get("model") != CONFIG["model"]:
             return self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
                                               "type": "NotFoundError", "param": "model", "code": 404}})
@@ -215,6 +237,9 @@ class Handler(BaseHTTPRequestHandler):
                     self.connection.shutdown(2)
                     self.close_connection = True
                     return
+                if i == 2 and cfg["mode"] == "shape":
+                    self._chunk({"id": "c", "object": kind, "choices": "not a list"})
+                    break
                 if i == 2 and cfg["mode"] == "error":
                     self._chunk({"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", "code": 500}})
                     break

@@ -30,6 +30,9 @@ OPTIONS = [
     ("--stop-after-refused-s", dict(type=float, default=30.0, env_var="LOCUST_STOP_AFTER_REFUSED_S",
                                     help="Stop the run (exit 2) when every request for this many seconds found no "
                                          "server (connection refused); 0: never. Users back off meanwhile")),
+    ("--max-failure-ratio", dict(type=float, default=-1.0, env_var="LOCUST_MAX_FAILURE_RATIO",
+                                 help="Exit code 0 when at most this share of requests failed (0.01: 1%%), 1 above it "
+                                      "(one line says so); negative: Locust's own rule (1 on any failure)")),
     ("--connect-timeout", dict(type=float, default=10.0, env_var="LOCUST_CONNECT_TIMEOUT",
                                help="Seconds to open a connection before the request fails")),
     ("--read-timeout", dict(type=float, default=600.0, env_var="LOCUST_READ_TIMEOUT",

@@ -374,9 +374,23 @@ class VllmPlugin:
         self.pacer.set_segment(None)
         if isinstance(runner, WorkerRunner):
             self.flush_to_master(runner)
+        if self.deciding:
+            self.judge_failures()
         if self.deciding and self.started_s is not None:
             self.write_load_record()
             self.timeline, self.started_s, self.state = [], None, RunState()
+
+    def judge_failures(self) -> None:
+        """``--max-failure-ratio``: the exit code says whether the run failed too often."""
+        limit = float(getattr(self.environment.parsed_options, "max_failure_ratio", -1.0) or 0.0)
+        if limit < 0 or self.environment.process_exit_code is not None:
+            return
+        total = self.environment.stats.total
+        ratio = total.fail_ratio if total.num_requests else 0.0
+        self.environment.process_exit_code = 0 if ratio <= limit else 1
+        if ratio > limit:
+            logger.error("%d of %d requests failed (%.1f%%), more than --max-failure-ratio %g: exit code 1",
+                         total.num_failures, total.num_requests, 100 * ratio, limit)
 
     def on_quitting(self, environment, **_kwargs) -> None:
         self.live.stop()

@@ -292,7 +292,7 @@ def mean_col(metric: str) -> str:
 
 
 SUMMARY = Columns(
-    "profile", "request_rate", "concurrency", "repeats", "requests", "failures", "interrupted",
+    "profile", "request_rate", "concurrency", "repeats", "requests", "failures", "failure_kinds", "interrupted",
     pct_col(TTFT, 50), pct_col(TTFT, 95), pct_col(TTFT, 99), mean_col(TTFT),
     pct_col(ITL, 50), pct_col(ITL, 95), pct_col(ITL, 99), mean_col(ITL),
     pct_col(TPOT, 50), pct_col(TPOT, 95), pct_col(E2E, 50), pct_col(E2E, 95),
@@ -328,7 +328,7 @@ PER_RUN = Columns("run_key", "profile", "request_rate", "concurrency", "step", "
 COMPARISON = Columns("profile", "request_rate", "concurrency", "metric", "change_pct", "ci_low_pct", "ci_high_pct")
 VERDICT = Columns("profile", "request_rate", "concurrency", "beats", "p95_ttft_change_pct", "p95_itl_change_pct",
                   "throughput_change_pct", "goodput_change_pct", "trusted", "why")
-FAILURES = Columns("profile", "request_rate", "concurrency", "error", "count")
+FAILURES = Columns("profile", "request_rate", "concurrency", "kind", "error", "count")
 SERVER = Columns("t_s", "name", "labels", "value")  # metrics.csv: one row per scrape and series
 
 # vLLM's own metric names (its /metrics), as the scraper stores and the analysis reads them.

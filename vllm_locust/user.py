@@ -17,7 +17,8 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from .client import RequestFailure, ServerCheckError, connection_refused, describe_error, is_client_error
+from .client import (RequestFailure, ServerCheckError, connection_refused, describe_error, is_client_error,
+                     retry_after_s)
 from .context import LoadContext
 from .metrics import E2E, TPOT, StreamTimer, ms_between
 from .pacer import Arrival
@@ -123,10 +124,12 @@ class ChatStreamUser(User):
             error = RequestFailure(describe_error(err, float(self.environment.parsed_options.read_timeout)))
             if is_client_error(err):
                 logger.exception("%s", error)
-            refused = connection_refused(err)
+            refused, wait_s = connection_refused(err), retry_after_s(err)
         else:
-            refused = False
+            refused, wait_s = False, None
         self._finish(report, timer, ctx, prompt, labels, result, error, time.perf_counter(), arrival)
+        if wait_s:
+            gevent.sleep(wait_s)  # HTTP 429: the server said when to come back
         self.back_off(refused)
 
     def back_off(self, refused: bool) -> None:

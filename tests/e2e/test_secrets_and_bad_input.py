@@ -143,3 +143,17 @@ def test_a_server_that_dies_mid_run_stops_the_run_and_keeps_what_was_measured(tm
     assert len(good) >= 20, "what was measured before the death is kept"
     assert 0 < len(refused) < 200, f"{len(refused)} refused requests: the users back off"
     assert glob.glob(str(samples / "loadrun-*.json")), "the run is recorded"
+
+
+def test_max_failure_ratio_sets_the_exit_code():
+    server = start_fake_server()
+    server.configure(mode="http500")
+    try:
+        runs = {ratio: subprocess.run([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host",
+                                       server.url, "--headless", "-u", "1", "-r", "1", "-t", "2s", "--max-failure-ratio",
+                                       ratio, *LOAD], capture_output=True, text=True, timeout=120, cwd=ROOT)
+                for ratio in ("1", "0.5")}
+    finally:
+        server.stop()
+    assert runs["1"].returncode == 0, runs["1"].stderr[-1500:]
+    assert runs["0.5"].returncode == 1 and "more than --max-failure-ratio 0.5" in runs["0.5"].stderr

@@ -78,5 +78,9 @@ def test_failed_requests_leave_latency_percentiles_and_are_counted_by_kind():
     kept = successful_samples(samples, requests)
     assert kept["request_id"].tolist() == ["q1"], "a failed request's partial samples are left out"
     table = failure_table(requests)
-    assert table.to_dict("records") == [{"profile": "a", "request_rate": 0.0, "concurrency": 1,
+    assert table.to_dict("records") == [{"profile": "a", "request_rate": 0.0, "concurrency": 1, "kind": "connection",
                                          "error": "connection failed: X", "count": 1}]
+    from analysis.tidy import failure_kinds
+
+    more = pd.DataFrame({"error": [None, "HTTP 500: oom", "connection failed: A", "connection failed: B", "timeout: x"]})
+    assert failure_kinds(more) == "connection:2, http_5xx:1, timeout:1"

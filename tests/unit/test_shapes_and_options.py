@@ -41,5 +41,6 @@ def test_every_option_is_registered_with_locust():
     args = parser.parse_args(["--steps", "2,4", "--api-key", "k", "--endpoint", "completions"])
     assert (args.steps, args.api_key, args.endpoint) == ("2,4", "k", "completions")
     secret = [a for a in parser._actions if "--api-key" in a.option_strings][0]
-    assert secret.is_secret, "the API key is masked in the web UI"
+    assert not secret.include_in_web_ui, "the API key is not in the web UI's form (its default was in the page)"
+    assert parser.parse_args([]).web_host == "127.0.0.1", "the web UI listens on loopback unless told otherwise"
     assert len(OPTIONS) == len({f for f, _ in OPTIONS})

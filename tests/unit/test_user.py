@@ -98,6 +98,42 @@ def test_failures_are_specific_and_keep_earlier_samples(fake_server, tmp_path, m
     assert row["error"] == str(failures[0]["exception"]) and row["content_chunks"] == "2"
 
 
+@pytest.mark.parametrize("mode,message", [
+    ("http500", "HTTP 500: CUDA out of memory (mock)"),
+    ("http429", "HTTP 429: too many requests (mock) (Retry-After 0.2 s: this user waits)"),
+    ("reset", "connection failed: RemoteProtocolError"),
+    ("shape", "malformed chunk 4: no 'choices' list"),
+])
+def test_each_fault_before_or_in_the_stream_has_its_own_message(fake_server, tmp_path, mode, message):
+    fake_server.configure(ttft_ms=5, itl_ms=1, mode=mode, retry_after_s=0.2)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=6)
+    run_requests(env)
+    failures = [e for e in fired if e["exception"] is not None]
+    assert len(failures) == 1 and str(failures[0]["exception"]).startswith(message), str(failures[0]["exception"])
+    assert read_csv(tmp_path / "requests-r1-w1.csv")[0]["error"] == str(failures[0]["exception"])
+    from vllm_locust.client import failure_kind
+
+    assert failure_kind(str(failures[0]["exception"])) == {"http500": "http_5xx", "http429": "http_429",
+                                                           "reset": "connection", "shape": "malformed_chunk"}[mode]
+
+
+def test_a_server_that_never_answers_is_a_timeout(fake_server, tmp_path):
+    fake_server.configure(mode="hang", hang_s=3)
+    env, fired = make_env(fake_server.url, tmp_path, read_timeout=0.3, max_tokens=2)
+    run_requests(env)
+    assert str(fired[0]["exception"]) == "timeout: no bytes for 0.3 s (--read-timeout)"
+
+
+def test_a_429_makes_the_user_wait_as_told(fake_server, tmp_path):
+    import time
+
+    fake_server.configure(mode="http429", retry_after_s=0.5)
+    env, fired = make_env(fake_server.url, tmp_path)
+    t0 = time.perf_counter()
+    run_requests(env, n=2)
+    assert len(fired) == 2 and time.perf_counter() - t0 >= 1.0, "two waits of Retry-After 0.5 s"
+
+
 def test_unknown_model_is_http_status_with_server_text(fake_server, tmp_path):
     env, fired = make_env(fake_server.url, tmp_path, model="no-such-model")
     run_requests(env)
