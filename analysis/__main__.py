@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vllm_locust.schema import IDS, RUN, SUMMARY, level_name, pct_col
+from vllm_locust.schema import IDS, RUN, SUMMARY, level_name, pct_col, write_atomic
 
 from .attribution import attribution_table
 from .benchjson import export_runs, import_specs
@@ -97,10 +97,10 @@ def main(argv=None) -> int:
     out = args.runs_dir
     out.mkdir(parents=True, exist_ok=True)
     export_runs([r for r in runs if not r.record.get("imported")], out / "bench-serve")
-    summary.to_csv(out / "summary.csv", index=False)
-    comparison.to_csv(out / "comparison.csv", index=False)
-    per_level.to_csv(out / "verdict.csv", index=False)
-    failure_table(requests).to_csv(out / "failures.csv", index=False)
+    write_atomic(out / "summary.csv", summary.to_csv(index=False))
+    write_atomic(out / "comparison.csv", comparison.to_csv(index=False))
+    write_atomic(out / "verdict.csv", per_level.to_csv(index=False))
+    write_atomic(out / "failures.csv", failure_table(requests).to_csv(index=False))
     md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
                              overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
                              samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted,

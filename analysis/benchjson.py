@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import E2E, ITL, REQUEST, RUN, SAMPLE, TPOT, TTFT
+from vllm_locust.schema import E2E, ITL, REQUEST, RUN, SAMPLE, TPOT, TTFT, write_atomic
 
 from .load import AnalysisError, Run
 from .tidy import measured, succeeded
@@ -84,7 +84,7 @@ def export_runs(runs: list[Run], out_dir: Path) -> list[Path]:
     paths = []
     for run in runs:
         path = out_dir / (run.run_key.replace("/", "_") + ".json")
-        path.write_text(json.dumps(run_to_bench(run)))
+        write_atomic(path, json.dumps(run_to_bench(run)))
         paths.append(path)
     return paths
 

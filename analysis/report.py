@@ -14,7 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from vllm_locust.schema import IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, TTFT, level_name, pct_col  # noqa: E402
+from vllm_locust.schema import (IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, TTFT, level_name, pct_col,  # noqa: E402
+                                write_atomic)
 
 from .server import series  # noqa: E402
 
@@ -208,7 +209,7 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
     fig_dir = out_dir / "report-figures"
     fig_dir.mkdir(exist_ok=True)
     for name, data in figures.items():
-        (fig_dir / f"{name}.png").write_bytes(data)
+        write_atomic(fig_dir / f"{name}.png", data)
 
     def verdict_text(p, v):
         note = (f" (UNTRUSTED at {', '.join(untrusted[p])}: the client fell behind or did not send the asked load, "
@@ -244,7 +245,7 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
         md += [f"## {title}", "", body, ""]
     md += ["## Figures", ""] + [f"![{n}](report-figures/{n}.png)" for n in figures] + [""]
     md_path = out_dir / "report.md"
-    md_path.write_text("\n".join(md))
+    write_atomic(md_path, "\n".join(md))
 
     def table_html(frame: pd.DataFrame) -> str:
         return _cells(frame).to_html(index=False, border=0) if len(frame) else "<p>(none)</p>"
@@ -274,7 +275,7 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
                 f'<img alt="{n}" src="data:image/png;base64,{base64.b64encode(d).decode()}" style="max-width:100%">'
                 for n, d in figures.items())]
     html_path = out_dir / "report.html"
-    html_path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>vLLM latency report</title>"
+    write_atomic(html_path, "<!doctype html><html><head><meta charset='utf-8'><title>vLLM latency report</title>"
                          "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;"
                          "font-size:12px}td,th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:right}</style>"
                          "</head><body>" + "\n".join(body) + "</body></html>")

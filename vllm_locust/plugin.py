@@ -145,7 +145,10 @@ class VllmPlugin:
                 # Its master's spawn came first, and with it test_start, which found no plugin: run
                 # it now, or this worker's requests go out unrecorded.
                 self.on_test_start(environment)
+        self.workers: dict[str, dict] = {}  # master: every worker that joined, and when it left
+        self._worker_watch: gevent.Greenlet | None = None
         if isinstance(environment.runner, MasterRunner):
+            events.worker_connect.add_listener(self.on_worker_connect)
             environment.runner.register_message(FLUSHED_MESSAGE, self.on_flushed_message)
             environment.runner.register_message(HELLO_MESSAGE, self.on_hello_message)
 
@@ -296,9 +299,15 @@ class VllmPlugin:
                 shaped = environment.shape_class is not None
                 self.publish(phase=WARMUP if shaped and float(options.step_warmup) > 0 else MEASURED)
             self.started_s = self.started_s or time.time()
-            self.publish(run_id=options.run_id or new_run_id())
+            run_id = options.run_id or new_run_id()
+            if options.samples_dir and load_record_file(options.samples_dir, run_id).exists():
+                self.fail_run(f"run {run_id} is already recorded in {options.samples_dir}: a second run would mix its "
+                              "samples into that one's files; choose another --run-id or --samples-dir")
+                return
+            self.publish(run_id=run_id)
             self.markers = []
             self.start_client_ticker()
+            self.watch_workers()
             self.live.start(getattr(options, "metrics_url", "") or environment.host or "",
                             float(getattr(options, "metrics_interval", 1.0) or 0), options.samples_dir or None,
                             options.api_key)
@@ -338,7 +347,7 @@ class VllmPlugin:
         printed totals came out 2-16 requests short of the workers' raw files."""
         from locust.rpc import Message
 
-        pending = {c.id for c in runner.clients.all} - self.flushed
+        pending = {c.id for c in runner.clients.all if c.state != "missing"} - self.flushed
         for worker in pending:
             runner.server.send_to_client(Message("stop", None, worker))
         deadline = time.time() + DRAIN_TIMEOUT_S
@@ -379,6 +388,37 @@ class VllmPlugin:
         if self.deciding and self.started_s is not None:
             self.write_load_record()
             self.timeline, self.started_s, self.state = [], None, RunState()
+
+    def on_worker_connect(self, client_id, **_kwargs) -> None:
+        self.workers[client_id] = {"id": client_id, "joined_s": round(time.time(), 3), "left_s": None, "lost": False}
+
+    def watch_workers(self) -> None:
+        """Master: a worker that goes missing or away during the run is recorded (a ``worker
+        lost`` marker: the report's table and time series show it) and the run carries on."""
+        runner = self.environment.runner
+        if not isinstance(runner, MasterRunner) or self._worker_watch is not None:
+            return
+        for node in runner.clients.all:  # workers that joined before the plugin attached
+            self.workers.setdefault(node.id, {"id": node.id, "joined_s": round(time.time(), 3), "left_s": None,
+                                              "lost": False})
+
+        def watch() -> None:
+            while True:
+                gevent.sleep(1.0)
+                if self.started_s is None:
+                    continue
+                for worker_id, worker in self.workers.items():
+                    node = runner.clients.get(worker_id)
+                    if worker["left_s"] is None and (node is None or node.state == "missing"):
+                        worker.update(left_s=round(time.time(), 3), lost=True)
+                        alive = sum(1 for w in self.workers.values() if w["left_s"] is None)
+                        self.markers.append({"t_s": worker["left_s"], "label": f"worker {worker_id} lost",
+                                             "kind": "worker lost"})
+                        logger.warning("worker %s lost %.0f s into the run: carrying on with %d worker(s); its "
+                                       "unsent samples are on its own disk", worker_id,
+                                       worker["left_s"] - self.started_s, alive)
+
+        self._worker_watch = gevent.spawn(watch)
 
     def judge_failures(self) -> None:
         """``--max-failure-ratio``: the exit code says whether the run failed too often."""
@@ -541,6 +581,7 @@ class VllmPlugin:
             endpoint=options.endpoint, workload=workload, options=public, started_s=self.started_s or 0.0,
             stopped_s=time.time(), timeline=[asdict(c) for c in self.timeline],
             runner=type(runner).__name__ if runner is not None else "", versions=versions(), markers=list(self.markers),
+            workers=[dict(w) for w in self.workers.values()],
             cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
 
     def write_load_record(self) -> None:

@@ -187,6 +187,7 @@ class LoadRecord:
     versions: dict
     cpus: list[int] = field(default_factory=list)  # the CPUs this process may run on (taskset)
     markers: list[dict] = field(default_factory=list)  # {t_s, label, kind}: set from the web UI during the run
+    workers: list[dict] = field(default_factory=list)  # master: {id, joined_s, left_s, lost} of every worker
 
 
 @dataclass
@@ -249,14 +250,20 @@ class Manifest:
 RUN = Columns(*names_of(RunRecord))
 
 
-def write_json_atomic(path: str | Path, payload) -> Path:
-    """Write JSON so that a reader never sees half a file (temp file, then rename)."""
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Write a file so that a reader (or a run interrupted now) never sees half of it: a temp file
+    beside it, then a rename."""
     path = Path(path)
-    data = asdict(payload) if hasattr(payload, "__dataclass_fields__") else payload
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
     os.replace(tmp, path)
     return path
+
+
+def write_json_atomic(path: str | Path, payload) -> Path:
+    """Write JSON so that a reader never sees half a file (temp file, then rename)."""
+    data = asdict(payload) if hasattr(payload, "__dataclass_fields__") else payload
+    return write_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 def read_record(row_type, path: str | Path):

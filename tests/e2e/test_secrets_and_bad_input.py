@@ -157,3 +157,56 @@ def test_max_failure_ratio_sets_the_exit_code():
         server.stop()
     assert runs["1"].returncode == 0, runs["1"].stderr[-1500:]
     assert runs["0.5"].returncode == 1 and "more than --max-failure-ratio 0.5" in runs["0.5"].stderr
+
+
+def test_a_lost_worker_is_recorded_and_the_run_carries_on(tmp_path):
+    import glob
+    import json
+    import os
+    import signal
+
+    server = start_fake_server()
+    server.configure(ttft_ms=5, itl_ms=1, tokens=8)
+    samples = tmp_path / "samples"
+    port = free_port()
+    base = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py")]
+    master = subprocess.Popen([*base, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                               "--expect-workers", "2", "--headless", "-u", "4", "-r", "4", "-t", "25s", "--host",
+                               server.url, "--samples-dir", str(samples), *LOAD], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    workers = [subprocess.Popen([*base, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+               for _ in range(2)]
+    try:
+        deadline = time.time() + 90
+        while len(glob.glob(str(samples / "requests-*.csv"))) < 2:
+            assert time.time() < deadline and master.poll() is None, "both workers never recorded"
+            time.sleep(0.2)
+        os.killpg(workers[0].pid, signal.SIGKILL)  # one worker host dies
+        out, _ = master.communicate(timeout=150)
+    finally:
+        for proc in (master, *workers):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        server.stop()
+    assert "lost" in out and "carrying on with 1 worker" in out, out[-2000:]
+    (record,) = [json.loads(open(p).read()) for p in glob.glob(str(samples / "loadrun-*.json"))]
+    lost = [w for w in record["workers"] if w["lost"]]
+    assert len(record["workers"]) == 2 and len(lost) == 1 and lost[0]["left_s"] > lost[0]["joined_s"]
+    assert [m["kind"] for m in record["markers"]] == ["worker lost"]
+
+
+def test_a_recorded_run_is_never_overwritten(tmp_path):
+    server = start_fake_server()
+    server.configure(ttft_ms=5, itl_ms=1, tokens=8)
+    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url, "--headless",
+           "-u", "1", "-r", "1", "-t", "2s", "--samples-dir", str(tmp_path), "--run-id", "same", *LOAD]
+    try:
+        first = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        sizes = {p.name: p.stat().st_size for p in tmp_path.iterdir()}
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    finally:
+        server.stop()
+    assert first.returncode == 0, first.stderr[-1500:]
+    assert second.returncode == 2 and "run same is already recorded in" in second.stderr
+    assert {p.name: p.stat().st_size for p in tmp_path.iterdir()} == sizes, "the first run's files are untouched"

@@ -97,3 +97,20 @@ def test_a_failed_requests_time_stays_out_of_locusts_percentiles():
     assert entry.num_requests == 4 and entry.num_failures == 3
     assert entry.get_response_time_percentile(0.5) == 250 and entry.min_response_time == 250
     env.runner.quit()
+
+
+def test_an_interrupted_atomic_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from vllm_locust.schema import write_atomic
+
+    target = write_atomic(tmp_path / "summary.csv", "a,b\n1,2\n")
+
+    def dies(self, data):  # the process is killed while the new content is being written
+        Path.write_text(self, "a,b\n3")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_bytes", dies)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(target, "a,b\n3,4\n")
+    assert target.read_text() == "a,b\n1,2\n"
