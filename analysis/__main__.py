@@ -23,7 +23,7 @@ from .load import AnalysisError, load_runs
 from .report import write_reports
 from .goodput import parse_slo
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, per_run, summarize
-from .tidy import (check_same_workload, failure_table, successful_samples, tidy_client, tidy_markers, tidy_requests,
+from .tidy import (check_same_model, check_same_workload, failure_table, successful_samples, tidy_client, tidy_markers, tidy_requests,
                    tidy_samples, tidy_server)
 from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts
 
@@ -31,6 +31,8 @@ from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdict
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
     p.add_argument("runs_dir", type=Path)
+    p.add_argument("--allow-model-mismatch", action="store_true",
+                   help="compare labels whose requests named different models (the same weights under other names)")
     p.add_argument("--baseline", help="profile (or --label) to compare against; default: one named baseline*")
     p.add_argument("--max-throughput-drop", type=float, default=20.0, help="percent (default 20)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
@@ -77,6 +79,7 @@ def main(argv=None) -> int:
         imported = import_specs(args.import_bench)
         runs = load_runs(args.runs_dir, allow_empty=bool(imported)) + imported
         check_same_workload(runs)
+        model_note = check_same_model(runs, args.allow_model_mismatch)
         samples, requests, server = tidy_samples(runs), tidy_requests(runs), tidy_server(runs)
         samples = successful_samples(samples, requests)
         if samples.empty:
@@ -104,7 +107,7 @@ def main(argv=None) -> int:
     md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
                              overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
                              samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted,
-                             markers=tidy_markers(runs))
+                             markers=tidy_markers(runs), extra_notes=[model_note] if model_note else [])
     for profile, verdict in sorted(result.items()):
         note = (f" (UNTRUSTED at {', '.join(untrusted[profile])}: the client fell behind or did not send the asked load)"
                 if profile in untrusted else "")

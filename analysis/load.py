@@ -31,6 +31,7 @@ class Run:
     manifest: dict = field(default_factory=dict)
     client: pd.DataFrame = field(default_factory=pd.DataFrame)  # the client's audit rows (schema.ClientRow)
     markers: list[dict] = field(default_factory=list)  # {t_s, label, kind}: set from the web UI (load record)
+    asked: dict = field(default_factory=dict)  # the workload the load record says was asked (options)
 
     @property
     def profile(self) -> str:
@@ -113,9 +114,11 @@ def read_run(directory: Path) -> Run:
         server_dir = directory.parent.parent / server_dir.name
     if (server_dir / MANIFEST).exists():
         manifest = _json(server_dir / MANIFEST)
-    markers = [m for path in sorted(directory.glob(f"{LOAD_RECORD_PREFIX}*.json"))
-               for m in _json(path).get("markers") or []]
-    return Run(directory, record, samples, requests, _metrics(directory), manifest, _read_client(directory), markers)
+    loads = [_json(path) for path in sorted(directory.glob(f"{LOAD_RECORD_PREFIX}*.json"))]
+    markers = [m for load in loads for m in load.get("markers") or []]
+    asked = next((load.get("workload") or {} for load in loads if load.get("workload")), {})
+    return Run(directory, record, samples, requests, _metrics(directory), manifest, _read_client(directory), markers,
+               asked)
 
 
 def measured_seconds(load_record: dict, step, concurrency) -> float:
@@ -161,7 +164,8 @@ def read_recording(directory: Path, label: str) -> list[Run]:
                   if step is not None else 0.0, RUN.versions: load.get("versions") or {}, "run_id": run_id, "step": step}
         c = client[(client[CLIENT.run_id] == run_id) & (client[CLIENT.concurrency] == concurrency)
                    & (client[CLIENT.step].fillna(-1) == (-1 if step is None else step))] if not client.empty else client
-        runs.append(Run(directory, record, s, r, metrics, {}, c, list(load.get("markers") or [])))
+        runs.append(Run(directory, record, s, r, metrics, {}, c, list(load.get("markers") or []),
+                        dict(load.get("workload") or {})))
     return runs
 
 

@@ -108,6 +108,28 @@ def number_notes(summary: pd.DataFrame) -> list[str]:
         if pd.notna(kv) and kv == 0 and (row.get("max_num_requests_running") or 0) == 0 and (row.get("requests") or 0) > 0:
             notes.append(f"{where}: vLLM's scheduler gauges (running, waiting, KV cache) read 0 while requests were "
                          "served (seen on its CPU build): they were not measured, they are not zero")
+    notes += delivered_token_notes(summary)
+    return notes
+
+
+DELIVERED_TOLERANCE = 0.01  # token counts per request that differ more than 1% across labels get a note
+
+
+def delivered_token_notes(summary: pd.DataFrame) -> list[str]:
+    """Where labels asked for the same load but their servers delivered different token counts per
+    request (an engine that stops early, or counts prompt tokens its own way): say by how much,
+    since throughput and TPOT compare differently then."""
+    notes = []
+    for (rate, concurrency), level in summary.groupby([SUMMARY.request_rate, SUMMARY.concurrency]):
+        for column, what in (("mean_output_tokens", "output"), ("mean_prompt_tokens", "prompt")):
+            if column not in level:
+                continue
+            values = level.set_index(SUMMARY.profile)[column].dropna()
+            if len(values) < 2 or values.max() <= 0 or values.min() / values.max() >= 1 - DELIVERED_TOLERANCE:
+                continue
+            listing = ", ".join(f"{p} {fmt_number(v)}" for p, v in values.items())
+            notes.append(f"{level_name(rate, concurrency)}: the same asked load delivered different {what} tokens per "
+                         f"request ({listing}): compare throughput in tokens/s and TPOT with that in mind")
     return notes
 
 
@@ -199,13 +221,14 @@ def _table_md(frame: pd.DataFrame) -> str:
 def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, comparison: pd.DataFrame,
                   per_level: pd.DataFrame, overall: dict, attribution: pd.DataFrame, checklist: list,
                   samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame, rule,
-                  untrusted: dict | None = None, markers: pd.DataFrame | None = None) -> tuple[Path, Path]:
+                  untrusted: dict | None = None, markers: pd.DataFrame | None = None,
+                  extra_notes: list[str] | None = None) -> tuple[Path, Path]:
     untrusted = untrusted or {}
     trust = summary[TRUST_SHOWN]
     figures = {"distributions": _png(plot_distributions(samples)), "p95-vs-load": _png(plot_p95(summary)),
                "timeline": _png(plot_timeline(samples, server, runs, markers))}
     placed = markers_in_windows(markers, runs)
-    notes = number_notes(summary)
+    notes = [*(extra_notes or []), *number_notes(summary)]
     fig_dir = out_dir / "report-figures"
     fig_dir.mkdir(exist_ok=True)
     for name, data in figures.items():

@@ -147,6 +147,8 @@ def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame,
         ok = succeeded(r)
         tokens = ok[REQUEST.completion_tokens].sum() if len(ok) else 0
         row[SUMMARY.chunks_per_token] = float(ok[REQUEST.content_chunks].sum() / tokens) if tokens else float("nan")
+        row[SUMMARY.mean_prompt_tokens] = float(ok[REQUEST.prompt_tokens].mean()) if len(ok) else float("nan")
+        row[SUMMARY.mean_output_tokens] = float(ok[REQUEST.completion_tokens].mean()) if len(ok) else float("nan")
         row[SUMMARY.output_tokens_per_s] = float(per[PER_RUN.output_tokens_per_s].mean())
         row[SUMMARY.requests_per_s] = float(per[PER_RUN.requests_per_s].mean())
         row[SUMMARY.max_num_requests_running] = float(per[PER_RUN.max_num_requests_running].max())

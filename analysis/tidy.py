@@ -121,14 +121,22 @@ def tidy_server(runs: list[Run]) -> pd.DataFrame:
 
 
 def workload_of(run: Run) -> tuple:
-    """What decides a run's load: endpoint, workload, prompt kinds and lengths, output length."""
+    """What a run asked for (its load record: workload name, sizes, seed, endpoint, pool, output
+    policy), not the token counts the server happened to report: a server without ``/tokenize``
+    (approximate lengths) or one that ends some outputs early still sent the same load. Runs
+    recorded before load records carried the workload fall back to the counts they delivered."""
+    if run.record.get("imported"):  # another client's file: its prompts are its own
+        return ()
+    if run.asked:
+        return ("asked", tuple(sorted((k, str(v)) for k, v in run.asked.items())))
     req = measured(run.requests)
-    if req.empty or run.record.get("imported"):  # another client's file: its prompts are its own
+    if req.empty:
         return ()
     ok = succeeded(req)
     lengths = tuple(sorted(set(zip(ok[REQUEST.prompt_kind], ok[REQUEST.prompt_tokens].dropna().astype(int))))) if len(ok) else ()
     outputs = tuple(sorted(set(ok[REQUEST.completion_tokens].dropna().astype(int)))) if len(ok) else ()
-    return (tuple(sorted(set(req[REQUEST.endpoint]))), tuple(sorted(set(req[REQUEST.workload]))), lengths, outputs)
+    return ("delivered", tuple(sorted(set(req[REQUEST.endpoint]))), tuple(sorted(set(req[REQUEST.workload]))), lengths,
+            outputs)
 
 
 def check_same_workload(runs: list[Run]) -> None:
@@ -143,7 +151,33 @@ def check_same_workload(runs: list[Run]) -> None:
         raise AnalysisError("runs of different workloads cannot be compared: " + "; ".join(parts))
 
 
+def models_of(runs: list[Run]) -> dict[str, set[str]]:
+    """Profile -> the model names its requests were sent to."""
+    out: dict[str, set[str]] = {}
+    for run in runs:
+        req = measured(run.requests)
+        if not req.empty and REQUEST.model in req:
+            out.setdefault(run.profile, set()).update(str(m) for m in req[REQUEST.model].dropna().unique())
+    return out
+
+
+def check_same_model(runs: list[Run], allow: bool) -> str | None:
+    """Labels that sent to different model names are refused, unless ``allow`` (another engine
+    serving the same weights under another name): then a note for the report."""
+    models = models_of(runs)
+    names = set().union(*models.values()) if models else set()
+    if len(names) <= 1:
+        return None
+    listing = "; ".join(f"{p}: {', '.join(sorted(m))}" for p, m in sorted(models.items()))
+    if not allow:
+        raise AnalysisError(f"the labels sent to different models ({listing}); if they serve the same weights "
+                            "under other names (another engine), say so with --allow-model-mismatch")
+    return f"different model names, compared as the same weights (--allow-model-mismatch): {listing}"
+
+
 def describe(key: tuple) -> str:
-    endpoint, workload, lengths, outputs = key
+    if key[0] == "asked":
+        return ", ".join(f"{k}={v}" for k, v in key[1])
+    _, endpoint, workload, lengths, outputs = key
     prompts = ",".join(f"{kind}={n}" for kind, n in lengths)
     return f"{'/'.join(workload)} on {'/'.join(endpoint)}, prompt tokens {prompts}, output tokens {'/'.join(map(str, outputs))}"

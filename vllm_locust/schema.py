@@ -310,6 +310,9 @@ SUMMARY = Columns(
     # chunks are not tokens: content chunks per output token, and ITL per token (a chunk of k tokens
     # after a gap g counts k times as g/k), beside ITL per chunk (vLLM's definition, the p*_itl_ms)
     "chunks_per_token", "p50_itl_per_token_ms", "p95_itl_per_token_ms",
+    # what the server delivered per successful request (the same asked load can deliver less: a
+    # server that ends outputs early, or counts prompt tokens its own way)
+    "mean_prompt_tokens", "mean_output_tokens",
     # cross-check: the client's mean minus vLLM's own histogram mean over the same window
     "client_minus_server_ttft_ms", "client_minus_server_itl_ms",
     # the client's audit of itself (worst run of the point): can these numbers be trusted?

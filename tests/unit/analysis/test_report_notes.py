@@ -33,3 +33,15 @@ def test_markers_land_in_the_run_whose_window_holds_them():
     placed = markers_in_windows(markers, runs)
     assert placed[["run", "s_into_window", "label"]].values.tolist() == [["ui/c4/r1", 50.0, "a"], ["ui/c8/r1", 30.5, "b"]]
     assert markers_in_windows(None, runs).empty
+
+
+def test_different_delivered_tokens_for_the_same_asked_load_get_a_note():
+    from analysis.report import delivered_token_notes
+
+    level = pd.concat([summary_row(profile="vllm", mean_output_tokens=128.0, mean_prompt_tokens=512.0),
+                       summary_row(profile="other-engine", mean_output_tokens=101.0, mean_prompt_tokens=512.0)])
+    (note,) = delivered_token_notes(level)
+    assert note.startswith("c=8: the same asked load delivered different output tokens") and "other-engine 101" in note
+    same = pd.concat([summary_row(profile="a", mean_output_tokens=128.0, mean_prompt_tokens=512.0),
+                      summary_row(profile="b", mean_output_tokens=127.5, mean_prompt_tokens=512.0)])
+    assert delivered_token_notes(same) == []
