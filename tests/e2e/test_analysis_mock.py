@@ -98,7 +98,7 @@ def test_mixed_workloads_are_refused(two_speeds, tmp_path):
     finally:
         server.proc.terminate()
     proc = analyse(mixed)
-    assert proc.returncode == 2 and "different workloads" in proc.stderr and "output tokens 20" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "different workloads" in proc.stderr and "max_tokens=20" in proc.stderr, proc.stderr
 
 
 def test_checklist_flags_a_saturated_client_and_relocated_runs_keep_manifests(two_speeds, tmp_path):
