@@ -57,6 +57,9 @@ build_command() {
   read_profile "$1"
   PROFILE=$1
   local model=${MODEL:-${P_VALUES[model]:-}}
+  if [[ -z "$model" && -n "${DRY_RUN_PLACEHOLDER:-}" ]]; then
+    model='<MODEL>'  # a dry run shows where the model goes; a real start needs MODEL
+  fi
   [[ -n "$model" ]] || die "profile '$1' names no model: set MODEL=/path/to/model"
   SERVED_MODEL=${SERVED_MODEL_NAME:-${P_VALUES[served-model-name]:-$(basename "$model")}}
   SERVER_HOST=${HOST:-${P_VALUES[host]:-127.0.0.1}}

@@ -28,8 +28,12 @@ if [[ -n "$sweep_settings" ]]; then
   for key in "${!P_SWEEP[@]}"; do printf '%s=%s\n' "$key" "${P_SWEEP[$key]}"; done
   exit 0
 fi
+[[ -n "$dry_run" ]] && DRY_RUN_PLACEHOLDER=1
 build_command "$profile"
-if [[ -n "$dry_run" ]]; then print_command; exit 0; fi
+if [[ -n "$dry_run" ]]; then
+  [[ "${SERVER_CMD[*]}" == *"<MODEL>"* ]] && echo "launch: no MODEL set: <MODEL> shows where it goes" >&2
+  print_command; exit 0
+fi
 [[ -n "$check_only" ]] || require_free_port
 check_flags
 [[ -n "$check_only" ]] && { echo "launch: profile '$profile': every flag accepted by the installed vLLM"; exit 0; }

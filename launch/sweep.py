@@ -195,6 +195,8 @@ def validate(args) -> Plan:
         proc = serve_sh(profile, "--dry-run")
         if proc.returncode != 0:
             raise SweepError(last_line(proc.stderr).removeprefix("launch: "))
+        if "<MODEL>" in proc.stdout:
+            raise SweepError(f"profile '{profile}' names no model: set MODEL=/path/to/model")
     return Plan(labels, levels, args.repeats, "")
 
 

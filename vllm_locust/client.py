@@ -174,7 +174,9 @@ def served_models(host: str, api_key: str = "", timeout_s: float = 10.0) -> list
             text = server_message(response.json())
         except ValueError:
             text = response.text[:200]
-        raise ServerCheckError(f"GET {url} returned HTTP {response.status_code}: {text}")
+        hint = (": the server refused the API key (--api-key, OPENAI_API_KEY or --api-key-file)"
+                if response.status_code in (401, 403) else "")
+        raise ServerCheckError(f"GET {url} returned HTTP {response.status_code}: {text}{hint}")
     try:
         return [m["id"] for m in response.json()["data"]]
     except (ValueError, KeyError, TypeError):

@@ -55,6 +55,13 @@ class ConcurrencySteps(LoadTestShape):
 
     def tick(self):
         environment = self.runner.environment
+        try:
+            return self._tick(environment)
+        except ValueError as err:  # a bad --steps or --request-rate: one line and exit 2, no traceback
+            VllmPlugin.of(environment).fail_run(str(err))
+            return None
+
+    def _tick(self, environment):
         options = environment.parsed_options
         warmup_s, duration_s = float(options.step_warmup), float(options.step_duration)
         rates = parse_rates(options.request_rate)

@@ -210,3 +210,20 @@ def test_a_recorded_run_is_never_overwritten(tmp_path):
     assert first.returncode == 0, first.stderr[-1500:]
     assert second.returncode == 2 and "run same is already recorded in" in second.stderr
     assert {p.name: p.stat().st_size for p in tmp_path.iterdir()} == sizes, "the first run's files are untouched"
+
+
+def test_bad_input_gets_one_line_and_exit_2_never_a_traceback():
+    server = start_fake_server()
+    server.configure(api_key="right")
+    base = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url, "--headless",
+            "-u", "1", "-r", "1", "-t", "5s", *LOAD]
+    cases = {"--steps 'a,b': expected comma-separated integers": ["--api-key", "right", "--steps", "a,b"],
+             "--steps '0': every step needs at least 1 user": ["--api-key", "right", "--steps", "0"],
+             "HTTP 401: Unauthorized: the server refused the API key": ["--api-key", "wrong"]}
+    try:
+        done = {line: subprocess.run([*base, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+                for line, args in cases.items()}
+    finally:
+        server.stop()
+    for line, proc in done.items():
+        assert proc.returncode == 2 and line in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
