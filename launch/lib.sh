@@ -65,6 +65,11 @@ build_command() {
   SERVER_HOST=${HOST:-${P_VALUES[host]:-127.0.0.1}}
   SERVER_PORT=${PORT:-${P_VALUES[port]:-8000}}
   SERVER_URL="http://$SERVER_HOST:$SERVER_PORT"
+  case "$SERVER_HOST" in
+    127.0.0.1|localhost|::1) ;;
+    *) echo "launch: warning: vLLM will listen on $SERVER_HOST, reachable from other machines (without" \
+         "an api-key in the profile or VLLM_API_KEY, anyone there can use it); HOST=127.0.0.1 keeps it local" >&2 ;;
+  esac
   [[ "$model" == /* || ! -e "$ROOT/$model" ]] || model="$ROOT/$model"
   SERVER_CMD=("$VLLM_PY" -m vllm.entrypoints.openai.api_server
     --model "$model" --served-model-name "$SERVED_MODEL"

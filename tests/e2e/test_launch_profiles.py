@@ -88,3 +88,10 @@ def test_a_port_another_server_listens_on_is_refused_before_anything_starts(tmp_
     assert proc.returncode != 0
     assert f"port {other.port} on 127.0.0.1 is in use by another process" in proc.stderr, proc.stderr
     assert "healthy" not in proc.stdout + proc.stderr and not (tmp_path / "run" / "manifest.json").exists()
+
+
+def test_listening_beyond_loopback_is_said_out_loud():
+    local = serve("baseline-cpu", "--dry-run")
+    assert local.returncode == 0 and "--host 127.0.0.1" in local.stdout and "warning" not in local.stderr
+    wide = serve("baseline-cpu", "--dry-run", env={"HOST": "0.0.0.0"})
+    assert wide.returncode == 0 and "warning: vLLM will listen on 0.0.0.0" in wide.stderr
