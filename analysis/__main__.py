@@ -19,7 +19,7 @@ from vllm_locust.schema import IDS, RUN, SUMMARY, level_name, pct_col, write_ato
 from .attribution import attribution_table
 from .benchjson import export_runs, import_specs
 from .checklist import checklist
-from .load import AnalysisError, load_runs
+from .load import AnalysisError, failed_runs, load_runs
 from .report import write_reports
 from .goodput import parse_slo
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, per_run, summarize
@@ -100,6 +100,7 @@ def main(argv=None) -> int:
     out = args.runs_dir
     out.mkdir(parents=True, exist_ok=True)
     export_runs([r for r in runs if not r.record.get("imported")], out / "bench-serve")
+    failed = failed_runs(args.runs_dir)
     write_atomic(out / "summary.csv", summary.to_csv(index=False))
     write_atomic(out / "comparison.csv", comparison.to_csv(index=False))
     write_atomic(out / "verdict.csv", per_level.to_csv(index=False))
@@ -107,7 +108,10 @@ def main(argv=None) -> int:
     md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
                              overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
                              samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted,
-                             markers=tidy_markers(runs), extra_notes=[model_note] if model_note else [])
+                             markers=tidy_markers(runs), extra_notes=[model_note] if model_note else [],
+                             failed=failed)
+    for row in failed.itertuples():
+        print(f"failed run (left out): {row.run}: {row.reason}")
     for profile, verdict in sorted(result.items()):
         note = (f" (UNTRUSTED at {', '.join(untrusted[profile])}: the client fell behind or did not send the asked load)"
                 if profile in untrusted else "")

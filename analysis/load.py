@@ -169,6 +169,27 @@ def read_recording(directory: Path, label: str) -> list[Run]:
     return runs
 
 
+FAILED_COLUMNS = ("run", "reason", "failed_at", "server_log_last_line")
+
+
+def failed_runs(runs_dir: str | Path) -> pd.DataFrame:
+    """Sweep runs that could not finish (``failed.json`` without ``run.json``): kept out of the
+    numbers, named in the report with why."""
+    rows = []
+    root = Path(runs_dir)
+    for path in sorted(root.rglob(FAILURE_RECORD)) if root.is_dir() else []:
+        if (path.parent / RUN_RECORD).exists() or INCOMPLETE in str(path.relative_to(root)):
+            continue
+        try:
+            record = _json(path)
+        except AnalysisError:
+            continue
+        tail = [line for line in record.get("server_log_tail") or [] if line.strip()]
+        rows.append({"run": str(path.parent.relative_to(root)), "reason": str(record.get("reason") or ""),
+                     "failed_at": str(record.get("failed_at") or ""), "server_log_last_line": tail[-1][:200] if tail else ""})
+    return pd.DataFrame(rows, columns=list(FAILED_COLUMNS))
+
+
 def load_runs(runs_dir: str | Path, allow_empty: bool = False) -> list[Run]:
     """Every finished run under ``runs_dir``: sweep runs (``run.json``) and plain Locust recordings
     (``samples-*.csv`` without a run record); ``AnalysisError`` when there is nothing to analyse

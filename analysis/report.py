@@ -222,7 +222,7 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
                   per_level: pd.DataFrame, overall: dict, attribution: pd.DataFrame, checklist: list,
                   samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame, rule,
                   untrusted: dict | None = None, markers: pd.DataFrame | None = None,
-                  extra_notes: list[str] | None = None) -> tuple[Path, Path]:
+                  extra_notes: list[str] | None = None, failed: pd.DataFrame | None = None) -> tuple[Path, Path]:
     untrusted = untrusted or {}
     trust = summary[TRUST_SHOWN]
     figures = {"distributions": _png(plot_distributions(samples)), "p95-vs-load": _png(plot_p95(summary)),
@@ -260,6 +260,8 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
         ("Where the latency came from", "\n".join(f"- {r.profile} {level_name(r.request_rate, r.concurrency)}: {r.source}"
                                                    for r in attribution.itertuples())),
         ("Release checklist", "\n".join(check_lines)),
+        *((("Runs that failed (kept out of the numbers; their raw files are kept)", _table_md(failed)),)
+          if failed is not None and len(failed) else ()),
         *((("Markers set during the runs (web UI)", _table_md(placed)),) if len(placed) else ()),
         *((("Notes on the numbers", "\n".join(f"- {n}" for n in notes)),) if notes else ()),
     ]
@@ -291,6 +293,8 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
             "<h2>Release checklist</h2><ul>" + "".join(
                 f"<li>{'&#9745;' if ok else '&#9744;' if ok is False else '?'} {html.escape(item)}: {html.escape(facts)}</li>"
                 for item, ok, facts in checklist) + "</ul>",
+            *(["<h2>Runs that failed</h2><p>Kept out of the numbers; their raw files are kept.</p>" + table_html(failed)]
+              if failed is not None and len(failed) else []),
             *(["<h2>Markers set during the runs (web UI)</h2>" + table_html(placed)] if len(placed) else []),
             *(["<h2>Notes on the numbers</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"]
               if notes else []),
