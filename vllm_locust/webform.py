@@ -12,6 +12,7 @@ from argparse import Namespace
 
 from .arrivals import check_burstiness, parse_rates
 from .options import OPTIONS, as_bool, parse_steps, workload_spec
+from .schema import load_record_file
 
 
 def form_errors(options: Namespace, form, shaped: bool) -> str | None:
@@ -63,6 +64,10 @@ def guard_swarm(web_ui, environment) -> None:
 
     def guarded_swarm(*args, **kwargs):
         error = form_errors(environment.parsed_options, request.form, environment.shape_class is not None)
+        run_id, samples_dir = request.form.get("run_id") or getattr(environment.parsed_options, "run_id", ""), \
+            request.form.get("samples_dir") or getattr(environment.parsed_options, "samples_dir", "")
+        if not error and run_id and samples_dir and load_record_file(samples_dir, run_id).exists():
+            error = f"--run-id {run_id}: already recorded in {samples_dir}; choose another run id (or leave it empty)"
         if error:
             return jsonify({"success": False, "message": error, "host": environment.host})
         return original(*args, **kwargs)
