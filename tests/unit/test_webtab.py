@@ -97,3 +97,10 @@ def test_table_rows_put_the_notice_first_and_name_the_source():
     assert rows[0] == {"figure": "notice", "value": "gauges read 0", "source": "u"}
     assert {"figure": "num_requests_running", "value": "2", "source": "server /metrics"} in rows
     assert {"figure": "client ttft_p95_ms", "value": "0.123", "source": "raw samples"} in rows
+
+
+def test_the_form_refuses_a_run_id_already_recorded(web, tmp_path):
+    _env, _plugin, client, server = web
+    (tmp_path / "loadrun-taken.json").write_text("{}")
+    answer = client.post("/swarm", data={"user_count": 1, "spawn_rate": 1, "host": server.url, "run_id": "taken"})
+    assert answer.get_json()["success"] is False and "--run-id taken: already recorded" in answer.get_json()["message"]
