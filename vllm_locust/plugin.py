@@ -70,6 +70,21 @@ def worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def writable_dir(directory: str | None) -> str | None:
+    """None when the samples can be written to ``directory`` (made if missing), else one line."""
+    if not directory:
+        return None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as err:
+        return f"--samples-dir {directory}: cannot write there ({err.strerror})"
+    return None
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
@@ -283,7 +298,7 @@ class VllmPlugin:
         if self.deciding:
             # A bad value stops the run here: on a worker it only reached that worker's log, and
             # with --processes 2 the run went on for its whole -t doing nothing, exit code 0.
-            error = option_errors(options, environment.shape_class is not None)
+            error = option_errors(options, environment.shape_class is not None) or writable_dir(options.samples_dir)
             if error:
                 self.fail_run(error)
                 return

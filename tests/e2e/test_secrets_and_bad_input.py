@@ -219,7 +219,8 @@ def test_bad_input_gets_one_line_and_exit_2_never_a_traceback():
             "-u", "1", "-r", "1", "-t", "5s", *LOAD]
     cases = {"--steps 'a,b': expected comma-separated integers": ["--api-key", "right", "--steps", "a,b"],
              "--steps '0': every step needs at least 1 user": ["--api-key", "right", "--steps", "0"],
-             "HTTP 401: Unauthorized: the server refused the API key": ["--api-key", "wrong"]}
+             "HTTP 401: Unauthorized: the server refused the API key": ["--api-key", "wrong"],
+             "--samples-dir /proc/nope: cannot write there": ["--api-key", "right", "--samples-dir", "/proc/nope"]}
     try:
         done = {line: subprocess.run([*base, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
                 for line, args in cases.items()}
