@@ -121,3 +121,22 @@ def test_the_mock_servers_metrics_move_with_its_streams():
     assert now["vllm:generation_tokens_total"] == 10 and now["vllm:time_to_first_token_seconds_count"] == 2
     assert now["vllm:inter_token_latency_seconds_count"] == 8 and now["vllm:num_requests_running"] == 0
     assert now["vllm:prefix_cache_hits_total"] * 2 == now["vllm:prefix_cache_queries_total"], "the second prompt hit"
+
+
+def test_gauges_that_read_zero_while_tokens_flow_are_called_unmeasured(monkeypatch):
+    """vLLM's CPU build: running/waiting/KV cache read 0 under load; the tab must not draw that as true."""
+    from vllm_locust import live_metrics
+
+    texts = iter(f'vllm:num_requests_running{{model_name="m"}} 0\nvllm:generation_tokens_total{{model_name="m"}} {100 * i}\n'
+                 for i in range(20))
+    monkeypatch.setattr(live_metrics.scraper, "fetch", lambda url, api_key="": next(texts))
+    clock = iter(range(1000, 2000))
+    monkeypatch.setattr(live_metrics.time, "time", lambda: float(next(clock)))  # one scrape a second
+    scrapes = live_metrics.Scrapes("http://x")
+    for _ in range(5):
+        scrapes.scrape_once()
+    assert not scrapes.status()["gauges_unmeasured"], "too early to say"
+    for _ in range(3):
+        scrapes.scrape_once()
+    status = scrapes.status()
+    assert status["gauges_unmeasured"] and "not measured here, not zero" in status["notice"]
