@@ -27,6 +27,9 @@ OPTIONS = [
                        help="Bearer token for the server (env OPENAI_API_KEY; or --api-key-file)")),
     ("--api-key-file", dict(default="", env_var="LOCUST_API_KEY_FILE", include_in_web_ui=False,
                             help="File whose first line is the bearer token (when --api-key is not given)")),
+    ("--worker-samples-dir", dict(default="", env_var="LOCUST_WORKER_SAMPLES_DIR", include_in_web_ui=False,
+                                  help="A worker's own copy of its raw files (set on the worker); the master's "
+                                       "--samples-dir gets every worker's rows either way")),
     ("--stop-after-refused-s", dict(type=float, default=30.0, env_var="LOCUST_STOP_AFTER_REFUSED_S",
                                     help="Stop the run (exit 2) when every request for this many seconds found no "
                                          "server (connection refused); 0: never. Users back off meanwhile")),

@@ -37,6 +37,8 @@ from .client_window import REPORT_KEY, ClientSeries, ClientWindow
 from .live_metrics import LiveMetrics
 from .webform import guard_swarm, option_errors
 from .options import SECRET_OPTIONS, STEP_OPTIONS, WEB_UI_HIDDEN, resolve_api_key
+from .outbox import REPORT_KEY as ROWS_KEY
+from .outbox import Outbox, write_received
 from .pacer import Pacer
 from .recorder import SampleRecorder
 from .schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, PhaseChange, load_record_file,
@@ -83,6 +85,12 @@ def writable_dir(directory: str | None) -> str | None:
     except OSError as err:
         return f"--samples-dir {directory}: cannot write there ({err.strerror})"
     return None
+
+
+def worker_info(worker_id: str) -> dict:
+    """What a worker tells its master when it joins: for the run record, and its clock."""
+    return {"worker_id": worker_id, "host": socket.gethostname(), "pid": os.getpid(), "versions": versions(),
+            "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [], "t_s": time.time()}
 
 
 def new_run_id() -> str:
@@ -151,17 +159,21 @@ class VllmPlugin:
         events.report_to_master.add_listener(self.on_report_to_master)
         events.worker_report.add_listener(self.on_worker_report)
         self.flushed: set[str] = set()  # master: workers whose last stats arrived this run
+        # A worker's raw rows go to its master with each stats report (``outbox``); its own copy
+        # only where its own command line asked (the master's options replace a worker's).
+        self.outbox: Outbox | None = None
+        self.own_samples_dir = str(getattr(environment.parsed_options, "worker_samples_dir", "") or "")
+        self.workers: dict[str, dict] = {}  # master: every worker that joined, and when it left
+        self._worker_watch: gevent.Greenlet | None = None
         if isinstance(environment.runner, WorkerRunner):
             environment.runner.register_message(STATE_MESSAGE, self.on_state_message)
             # A worker connects before its init event runs, so a state sent in between was dropped
             # ("Unknown message type"): ask for it now that the handler is there.
-            environment.runner.send_message(HELLO_MESSAGE, self.worker_id)
+            environment.runner.send_message(HELLO_MESSAGE, worker_info(self.worker_id))
             if getattr(environment.runner, "worker_state", None) in ("spawning", "running"):
                 # Its master's spawn came first, and with it test_start, which found no plugin: run
                 # it now, or this worker's requests go out unrecorded.
                 self.on_test_start(environment)
-        self.workers: dict[str, dict] = {}  # master: every worker that joined, and when it left
-        self._worker_watch: gevent.Greenlet | None = None
         if isinstance(environment.runner, MasterRunner):
             events.worker_connect.add_listener(self.on_worker_connect)
             environment.runner.register_message(FLUSHED_MESSAGE, self.on_flushed_message)
@@ -238,7 +250,15 @@ class VllmPlugin:
         return self.state
 
     def on_hello_message(self, msg, **_kwargs) -> None:
-        """Master: a worker's plugin attached; it may have missed the state sent before that."""
+        """Master: a worker's plugin attached (its host, pid, versions, CPUs, clock); it may have
+        missed the state sent before that."""
+        if isinstance(msg.data, dict):
+            info = dict(msg.data)
+            sent_s = info.pop("t_s", None)
+            # wall clocks of other hosts, aligned for time series: offset at join (one-way, so
+            # within the network's latency); TTFT/ITL are durations on one host and need none
+            offset = round(time.time() - sent_s, 3) if isinstance(sent_s, (int, float)) else None
+            self.worker_record(msg.node_id).update(**info, clock_offset_s=offset)
         if self.timeline:
             self.environment.runner.send_message(STATE_MESSAGE, asdict(self.state), client_id=msg.node_id)
 
@@ -330,7 +350,11 @@ class VllmPlugin:
                 return
             self.flushed = set()
         if self.records_samples:
-            self.recorder = SampleRecorder(options.samples_dir or None, self.worker_id)
+            if isinstance(environment.runner, WorkerRunner):
+                self.outbox = Outbox() if options.samples_dir else None  # the master keeps the run directory
+                self.recorder = SampleRecorder(self.own_samples_dir or None, self.worker_id, self.outbox)
+            else:
+                self.recorder = SampleRecorder(options.samples_dir or None, self.worker_id)
             self.measured_lag_ms = []
             self.audit = ClientAudit(self.client_row, self.audit_labels)
             self.audit.start()
@@ -405,7 +429,7 @@ class VllmPlugin:
             self.timeline, self.started_s, self.state = [], None, RunState()
 
     def on_worker_connect(self, client_id, **_kwargs) -> None:
-        self.workers[client_id] = {"id": client_id, "joined_s": round(time.time(), 3), "left_s": None, "lost": False}
+        self.worker_record(client_id).update(joined_s=round(time.time(), 3), left_s=None, lost=False)
 
     def watch_workers(self) -> None:
         """Master: a worker that goes missing or away during the run is recorded (a ``worker
@@ -414,8 +438,7 @@ class VllmPlugin:
         if not isinstance(runner, MasterRunner) or self._worker_watch is not None:
             return
         for node in runner.clients.all:  # workers that joined before the plugin attached
-            self.workers.setdefault(node.id, {"id": node.id, "joined_s": round(time.time(), 3), "left_s": None,
-                                              "lost": False})
+            self.worker_record(node.id)
 
         def watch() -> None:
             while True:
@@ -429,9 +452,11 @@ class VllmPlugin:
                         alive = sum(1 for w in self.workers.values() if w["left_s"] is None)
                         self.markers.append({"t_s": worker["left_s"], "label": f"worker {worker_id} lost",
                                              "kind": "worker lost"})
-                        logger.warning("worker %s lost %.0f s into the run: carrying on with %d worker(s); its "
-                                       "unsent samples are on its own disk", worker_id,
-                                       worker["left_s"] - self.started_s, alive)
+                        got = worker.get("rows_until_s")
+                        logger.warning("worker %s lost %.0f s into the run: carrying on with %d worker(s); its rows "
+                                       "arrived until %s, what it measured after that (up to one report, 3 s) is lost",
+                                       worker_id, worker["left_s"] - self.started_s, alive,
+                                       f"{got - self.started_s:.0f} s" if got else "never")
 
         self._worker_watch = gevent.spawn(watch)
 
@@ -456,12 +481,32 @@ class VllmPlugin:
 
     # -- the web UI's live view and markers -------------------------------------------------------
     def on_report_to_master(self, client_id, data, **_kwargs) -> None:
-        """Worker: this report's raw TTFT/ITL values go to the master's live charts."""
+        """Worker: this report's raw TTFT/ITL values go to the master's live charts, and its raw
+        rows since the last report to the master's run directory."""
         if self.window is not None:
             data[REPORT_KEY] = self.window.take()
+        if self.outbox is not None:
+            files = self.outbox.take()
+            if files:
+                data[ROWS_KEY] = files
 
     def on_worker_report(self, client_id, data, **_kwargs) -> None:
         self.client_series.add(data.get(REPORT_KEY))
+        files = data.get(ROWS_KEY)
+        directory = getattr(self.environment.parsed_options, "samples_dir", "") or ""
+        if files and directory:
+            try:
+                written = write_received(directory, files)
+            except (OSError, ValueError) as err:
+                logger.error("cannot write worker %s's rows in %s: %s", client_id, directory, err)
+                return
+            worker = self.worker_record(client_id)
+            worker["received_bytes"] = worker.get("received_bytes", 0) + written
+            worker["rows_until_s"] = round(time.time(), 3)
+
+    def worker_record(self, client_id: str) -> dict:
+        return self.workers.setdefault(client_id, {"id": client_id, "joined_s": round(time.time(), 3), "left_s": None,
+                                                   "lost": False})
 
     def start_client_ticker(self) -> None:
         """Deciding process with a web UI: one row of client percentiles every ``CLIENT_TICK_S``."""
