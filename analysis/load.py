@@ -100,6 +100,26 @@ def _json(path: Path) -> dict:
     return data
 
 
+def clock_offsets(load_record: dict) -> dict[str, float]:
+    """Worker id -> seconds to add to its wall-clock stamps: workers on other hosts than the master,
+    whose clock offset the master estimated when they joined. Same-host workers share its clock."""
+    here = load_record.get("client_host") or ""
+    return {str(w["worker_id"]): float(w["clock_offset_s"]) for w in load_record.get("workers") or []
+            if w.get("worker_id") and w.get("host") and w.get("host") != here and w.get("clock_offset_s") is not None}
+
+
+def align_clocks(frame: pd.DataFrame, offsets: dict[str, float], columns: tuple[str, ...]) -> pd.DataFrame:
+    """Stamps of other hosts on the master's clock, for time series. TTFT and ITL are durations on
+    one host's clock and never change."""
+    if frame.empty or not offsets or SAMPLE.worker_id not in frame:
+        return frame
+    shift = frame[SAMPLE.worker_id].astype(str).map(offsets).fillna(0.0)
+    for column in columns:
+        if column in frame:
+            frame[column] = frame[column] + shift
+    return frame
+
+
 def read_run(directory: Path) -> Run:
     """A sweep run: ``run.json`` says its label, concurrency and repeat."""
     record = _json(directory / RUN_RECORD)
@@ -115,6 +135,9 @@ def read_run(directory: Path) -> Run:
     if (server_dir / MANIFEST).exists():
         manifest = _json(server_dir / MANIFEST)
     loads = [_json(path) for path in sorted(directory.glob(f"{LOAD_RECORD_PREFIX}*.json"))]
+    offsets = {k: v for load in loads for k, v in clock_offsets(load).items()}
+    samples = align_clocks(samples, offsets, (SAMPLE.t_s,))
+    requests = align_clocks(requests, offsets, (REQUEST.sent_at_s,))
     markers = [m for load in loads for m in load.get("markers") or []]
     asked = next((load.get("workload") or {} for load in loads if load.get("workload")), {})
     return Run(directory, record, samples, requests, _metrics(directory), manifest, _read_client(directory), markers,
@@ -147,6 +170,10 @@ def read_recording(directory: Path, label: str) -> list[Run]:
     runs, repeats = [], {}
     metrics = _metrics(directory)
     client = _read_client(directory)
+    offsets = {k: v for load in records.values() for k, v in clock_offsets(load).items()}
+    samples = align_clocks(samples, offsets, (SAMPLE.t_s,))
+    requests = align_clocks(requests, offsets, (REQUEST.sent_at_s,))
+    client = align_clocks(client, offsets, (CLIENT.t_s,))
     for (run_id, rate, concurrency, step), s in samples.groupby(
             [SAMPLE.run_id, samples[SAMPLE.request_rate].fillna(0.0), SAMPLE.concurrency, samples[SAMPLE.step].fillna(-1)],
             sort=True):

@@ -641,7 +641,7 @@ class VllmPlugin:
             endpoint=options.endpoint, workload=workload, options=public, started_s=self.started_s or 0.0,
             stopped_s=time.time(), timeline=[asdict(c) for c in self.timeline],
             runner=type(runner).__name__ if runner is not None else "", versions=versions(), markers=list(self.markers),
-            workers=[dict(w) for w in self.workers.values()],
+            workers=[dict(w) for w in self.workers.values()], client_host=socket.gethostname(),
             cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
 
     def write_load_record(self) -> None:

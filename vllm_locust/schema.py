@@ -187,7 +187,9 @@ class LoadRecord:
     versions: dict
     cpus: list[int] = field(default_factory=list)  # the CPUs this process may run on (taskset)
     markers: list[dict] = field(default_factory=list)  # {t_s, label, kind}: set from the web UI during the run
-    workers: list[dict] = field(default_factory=list)  # master: {id, joined_s, left_s, lost} of every worker
+    workers: list[dict] = field(default_factory=list)  # master: {id, worker_id, host, pid, joined_s, left_s, lost,
+    #                                                      clock_offset_s, received_bytes, rows_until_s} per worker
+    client_host: str = ""  # the host of the process that wrote this record (the master)
 
 
 @dataclass

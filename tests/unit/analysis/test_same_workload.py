@@ -42,3 +42,17 @@ def test_different_model_names_need_the_users_word():
     note = check_same_model(runs, allow=True)
     assert "sglang: Qwen/Qwen2.5-7B" in note and "vllm: qwen" in note
     assert check_same_model(runs[:1], allow=False) is None
+
+
+def test_other_hosts_stamps_are_moved_to_the_masters_clock():
+    from analysis.load import align_clocks, clock_offsets
+
+    record = {"client_host": "master", "workers": [
+        {"worker_id": "far-1", "host": "far", "clock_offset_s": 2.5},
+        {"worker_id": "master-2", "host": "master", "clock_offset_s": 0.004},  # same host: its clock already
+        {"worker_id": "new-3", "host": "new", "clock_offset_s": None}]}
+    offsets = clock_offsets(record)
+    assert offsets == {"far-1": 2.5}
+    samples = pd.DataFrame({"worker_id": ["far-1", "master-2"], "t_s": [100.0, 100.0], "value_ms": [5.0, 5.0]})
+    moved = align_clocks(samples, offsets, ("t_s",))
+    assert moved["t_s"].tolist() == [102.5, 100.0] and moved["value_ms"].tolist() == [5.0, 5.0], "durations unchanged"
