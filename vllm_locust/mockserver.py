@@ -274,9 +274,16 @@ class Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-def serve(port: int = 0, **config) -> Server:
+class SharedPortServer(Server):
+    """One of several mock processes on one port (``SO_REUSEPORT``: the kernel spreads connections
+    over them), for loads one Python process cannot serve on time."""
+
+    allow_reuse_port = True
+
+
+def serve(port: int = 0, reuse_port: bool = False, **config) -> Server:
     CONFIG.update(config)
-    server = Server(("127.0.0.1", port), Handler)
+    server = (SharedPortServer if reuse_port else Server)(("127.0.0.1", port), Handler)
     return server
 
 
@@ -342,9 +349,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ttft-ms", type=float, default=150.0)
     parser.add_argument("--itl-ms", type=float, default=15.0)
+    parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--model", default="fake-model")
+    parser.add_argument("--reuse-port", action="store_true", help="share --port with other mock processes")
     args = parser.parse_args()
-    server = serve(args.port, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, model=args.model)
+    server = serve(args.port, args.reuse_port, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens,
+                   model=args.model)
     print(f"PORT {server.server_address[1]}", flush=True)
     try:
         server.serve_forever(poll_interval=0.05)
