@@ -62,7 +62,7 @@ def one(url: str, processes: int, args) -> dict:
     ttft = m.loc[m["metric"] == "TTFT", "value_ms"].to_numpy() - args.ttft_ms
     itl = m.loc[m["metric"] == "ITL", "value_ms"].to_numpy() - args.itl_ms
     reqs = requests[requests["phase"] == "measured"]
-    failed = reqs["error"].notna() & ~reqs["error"].fillna("").str.startswith("interrupted")
+    failed = reqs["error"].notna() & ~reqs["error"].astype("string").fillna("").str.startswith("interrupted")
     lag = client[(client["metric"] == "loop_lag_ms") & (client["phase"] == "measured")]["value"]
     chunks_per_s = (len(itl) + len(ttft)) / args.duration
     return {"processes": processes, "streams": users, "chunks/s": round(chunks_per_s),

@@ -86,7 +86,7 @@ def main() -> None:
     sample_rows = sum(sum(1 for _ in open(f)) - 1 for f in glob.glob(str(samples / "samples-*.csv")))
     measured = requests[requests["phase"] == "measured"]
     ok = measured[measured["error"].isna()]
-    interrupted = measured["error"].fillna("").str.startswith("interrupted")
+    interrupted = measured["error"].astype("string").fillna("").str.startswith("interrupted")
     failed = measured[measured["error"].notna() & ~interrupted]
     # a failed or interrupted request keeps the TTFT and ITLs it had: one row per content chunk
     partial = requests[requests["error"].notna()]

@@ -41,6 +41,7 @@ from .outbox import REPORT_KEY as ROWS_KEY
 from .outbox import Outbox, write_received
 from .pacer import Pacer
 from .recorder import SampleRecorder
+from .roster import WorkerRoster, worker_info
 from .schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, PhaseChange, load_record_file,
                      write_json_atomic)
 
@@ -85,12 +86,6 @@ def writable_dir(directory: str | None) -> str | None:
     except OSError as err:
         return f"--samples-dir {directory}: cannot write there ({err.strerror})"
     return None
-
-
-def worker_info(worker_id: str) -> dict:
-    """What a worker tells its master when it joins: for the run record, and its clock."""
-    return {"worker_id": worker_id, "host": socket.gethostname(), "pid": os.getpid(), "versions": versions(),
-            "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [], "t_s": time.time()}
 
 
 def new_run_id() -> str:
@@ -163,13 +158,13 @@ class VllmPlugin:
         # only where its own command line asked (the master's options replace a worker's).
         self.outbox: Outbox | None = None
         self.own_samples_dir = str(getattr(environment.parsed_options, "worker_samples_dir", "") or "")
-        self.workers: dict[str, dict] = {}  # master: every worker that joined, and when it left
+        self.roster = WorkerRoster()  # master: every worker that joined, and when it left
         self._worker_watch: gevent.Greenlet | None = None
         if isinstance(environment.runner, WorkerRunner):
             environment.runner.register_message(STATE_MESSAGE, self.on_state_message)
             # A worker connects before its init event runs, so a state sent in between was dropped
             # ("Unknown message type"): ask for it now that the handler is there.
-            environment.runner.send_message(HELLO_MESSAGE, worker_info(self.worker_id))
+            environment.runner.send_message(HELLO_MESSAGE, worker_info(self.worker_id, versions()))
             if getattr(environment.runner, "worker_state", None) in ("spawning", "running"):
                 # Its master's spawn came first, and with it test_start, which found no plugin: run
                 # it now, or this worker's requests go out unrecorded.
@@ -253,12 +248,7 @@ class VllmPlugin:
         """Master: a worker's plugin attached (its host, pid, versions, CPUs, clock); it may have
         missed the state sent before that."""
         if isinstance(msg.data, dict):
-            info = dict(msg.data)
-            sent_s = info.pop("t_s", None)
-            # wall clocks of other hosts, aligned for time series: offset at join (one-way, so
-            # within the network's latency); TTFT/ITL are durations on one host and need none
-            offset = round(time.time() - sent_s, 3) if isinstance(sent_s, (int, float)) else None
-            self.worker_record(msg.node_id).update(**info, clock_offset_s=offset)
+            self.roster.introduced(msg.node_id, msg.data)
         if self.timeline:
             self.environment.runner.send_message(STATE_MESSAGE, asdict(self.state), client_id=msg.node_id)
 
@@ -429,7 +419,7 @@ class VllmPlugin:
             self.timeline, self.started_s, self.state = [], None, RunState()
 
     def on_worker_connect(self, client_id, **_kwargs) -> None:
-        self.worker_record(client_id).update(joined_s=round(time.time(), 3), left_s=None, lost=False)
+        self.roster.joined(client_id)
 
     def watch_workers(self) -> None:
         """Master: a worker that goes missing or away during the run is recorded (a ``worker
@@ -438,25 +428,21 @@ class VllmPlugin:
         if not isinstance(runner, MasterRunner) or self._worker_watch is not None:
             return
         for node in runner.clients.all:  # workers that joined before the plugin attached
-            self.worker_record(node.id)
+            self.roster.entry(node.id)
 
         def watch() -> None:
             while True:
                 gevent.sleep(1.0)
                 if self.started_s is None:
                     continue
-                for worker_id, worker in self.workers.items():
-                    node = runner.clients.get(worker_id)
-                    if worker["left_s"] is None and (node is None or node.state == "missing"):
-                        worker.update(left_s=round(time.time(), 3), lost=True)
-                        alive = sum(1 for w in self.workers.values() if w["left_s"] is None)
-                        self.markers.append({"t_s": worker["left_s"], "label": f"worker {worker_id} lost",
-                                             "kind": "worker lost"})
-                        got = worker.get("rows_until_s")
-                        logger.warning("worker %s lost %.0f s into the run: carrying on with %d worker(s); its rows "
-                                       "arrived until %s, what it measured after that (up to one report, 3 s) is lost",
-                                       worker_id, worker["left_s"] - self.started_s, alive,
-                                       f"{got - self.started_s:.0f} s" if got else "never")
+                for worker in self.roster.newly_lost(runner):
+                    self.markers.append({"t_s": worker["left_s"], "label": f"worker {worker['id']} lost",
+                                         "kind": "worker lost"})
+                    got = worker.get("rows_until_s")
+                    logger.warning("worker %s lost %.0f s into the run: carrying on with %d worker(s); its rows "
+                                   "arrived until %s, what it measured after that (up to one report, 3 s) is lost",
+                                   worker["id"], worker["left_s"] - self.started_s, self.roster.alive(),
+                                   f"{got - self.started_s:.0f} s" if got else "never")
 
         self._worker_watch = gevent.spawn(watch)
 
@@ -500,13 +486,7 @@ class VllmPlugin:
             except (OSError, ValueError) as err:
                 logger.error("cannot write worker %s's rows in %s: %s", client_id, directory, err)
                 return
-            worker = self.worker_record(client_id)
-            worker["received_bytes"] = worker.get("received_bytes", 0) + written
-            worker["rows_until_s"] = round(time.time(), 3)
-
-    def worker_record(self, client_id: str) -> dict:
-        return self.workers.setdefault(client_id, {"id": client_id, "joined_s": round(time.time(), 3), "left_s": None,
-                                                   "lost": False})
+            self.roster.received(client_id, written)
 
     def start_client_ticker(self) -> None:
         """Deciding process with a web UI: one row of client percentiles every ``CLIENT_TICK_S``."""
@@ -641,7 +621,7 @@ class VllmPlugin:
             endpoint=options.endpoint, workload=workload, options=public, started_s=self.started_s or 0.0,
             stopped_s=time.time(), timeline=[asdict(c) for c in self.timeline],
             runner=type(runner).__name__ if runner is not None else "", versions=versions(), markers=list(self.markers),
-            workers=[dict(w) for w in self.workers.values()], client_host=socket.gethostname(),
+            workers=self.roster.as_list(), client_host=socket.gethostname(),
             cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
 
     def write_load_record(self) -> None:

@@ -57,7 +57,7 @@ def test_master_gets_every_workers_rows_and_they_equal_the_workers_own_copies(tm
     requests = pd.concat(pd.read_csv(p) for p in glob.glob(str(master_dir / "requests-*.csv")))
     stats = pd.read_csv(tmp_path / "locust_stats.csv")
     e2e = int(stats.loc[stats["Name"] == "E2E", "Request Count"].sum())
-    finished = requests[~requests["error"].fillna("").str.startswith("interrupted")]
+    finished = requests[~requests["error"].astype("string").fillna("").str.startswith("interrupted")]
     assert len(finished) == e2e > 20, "Locust's total equals the rows the master holds"
     (record,) = [json.loads(Path(p).read_text()) for p in glob.glob(str(master_dir / "loadrun-*.json"))]
     assert len(record["workers"]) == 2 and all(w["host"] and w["pid"] and w["received_bytes"] > 0 for w in record["workers"])
