@@ -82,7 +82,7 @@ def main() -> None:
     stderr = proc.stderr.read()
     if server is not None:
         server.stop()
-    requests = pd.concat(pd.read_csv(f) for f in glob.glob(str(samples / "requests-*.csv")))
+    requests = pd.concat(pd.read_csv(f, dtype={"error": "string"}) for f in glob.glob(str(samples / "requests-*.csv")))
     sample_rows = sum(sum(1 for _ in open(f)) - 1 for f in glob.glob(str(samples / "samples-*.csv")))
     measured = requests[requests["phase"] == "measured"]
     ok = measured[measured["error"].isna()]

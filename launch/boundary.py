@@ -35,8 +35,7 @@ from analysis.load import AnalysisError, load_runs
 from analysis.summary import per_run, summarize
 from analysis.tidy import successful_samples, tidy_requests, tidy_samples, tidy_server
 from launch.server import ServerError
-from launch.sweep import Plan, Sweep, SweepError, _interrupt, log, validate
-from launch.sweep import parse_args as sweep_args
+from launch.sweep import Plan, Sweep, SweepError, _interrupt, log, parse_with_sweep, validate
 from vllm_locust.schema import RUN, SUMMARY, level_dir, pct_col
 
 # The p95 column a threshold is judged on (open loop: from the intended send).
@@ -175,10 +174,6 @@ def comparison_lines(boundaries: pd.DataFrame, unit: str) -> list[str]:
 
 
 def parse_args(argv: list[str]):
-    locust_args: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, locust_args = argv[:i], argv[i:]
     p = argparse.ArgumentParser(prog="python -m launch.boundary", description=__doc__.splitlines()[0])
     p.add_argument("--slo", required=True, help="thresholds in ms judged at p95, e.g. ttft:500,itl:50")
     p.add_argument("--search", choices=["rate", "concurrency"], default="rate")
@@ -186,12 +181,7 @@ def parse_args(argv: list[str]):
     p.add_argument("--min", type=float, default=0.05)
     p.add_argument("--max", type=float, default=4096.0)
     p.add_argument("--tolerance", type=float, default=0.1, help="stop when (high - low) / low is at most this")
-    own, rest = p.parse_known_args(argv)
-    # everything else is the sweep's (servers, warm-up, duration, repeats, out, workers)
-    args = sweep_args(rest + locust_args)
-    for key, value in vars(own).items():
-        setattr(args, key, value)
-    return args
+    return parse_with_sweep(p, argv)
 
 
 def main(argv: list[str] | None = None) -> int:

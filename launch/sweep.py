@@ -100,6 +100,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def parse_with_sweep(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """A command built on the sweep (the boundary search, the tuner): its own options from
+    ``parser``, everything else (servers, levels, warm-up, duration, repeats, out, workers, and
+    Locust's arguments after ``--``) the sweep's."""
+    locust_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, locust_args = argv[:i], argv[i:]
+    own, rest = parser.parse_known_args(argv)
+    args = parse_args(rest + locust_args)
+    for key, value in vars(own).items():
+        setattr(args, key, value)
+    return args
+
+
 def without_api_key(locust_args: list[str]) -> tuple[list[str], str]:
     """Take ``--api-key KEY`` (or ``--api-key=KEY``) out of Locust's arguments: the key travels in
     the environment, never on a command line (process listings) or in ``run.json``'s arguments."""

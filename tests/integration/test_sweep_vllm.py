@@ -147,3 +147,25 @@ def test_vllm_killed_mid_sweep_is_a_failed_run_with_its_log_and_data_kept(tmp_pa
     assert analysis.returncode == 0, analysis.stderr[-2000:]
     assert "failed run (left out): baseline-cpu/c2/r2: vLLM died during the run" in analysis.stdout
     assert "Runs that failed" in (out / "report.md").read_text()
+
+
+def test_the_tuner_rejects_a_harmful_knob_and_keeps_the_default(tmp_path):
+    """On vLLM CPU, max-num-seqs=1 under 6 concurrent streams queues five of them: the tuner must
+    find it worse than the base (TTFT interval above zero), stop that candidate early, keep the base."""
+    require_vllm()
+    knobs = tmp_path / "harm.knobs"
+    knobs.write_text("max-num-seqs=1\n")
+    out = tmp_path / "tune"
+    proc = subprocess.run([sys.executable, "-m", "launch.tune", "--base", "baseline-cpu", "--knobs", str(knobs),
+                           "--concurrency", "6", "--warmup", "2", "--duration", "8", "--repeats", "1", "--max-repeats", "2",
+                           "--bootstrap", "200", "--out", str(out), "--", "--prompt-tokens", "64", "--max-tokens", "16",
+                           "--prompt-pool", "32"],
+                          cwd=ROOT, env=dict(os.environ, PORT=str(free_port())), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = pd.read_csv(out / "path.csv")
+    assert path[["knob", "value", "verdict", "kept"]].values.tolist() == [["max-num-seqs", 1, "worse", False]], path
+    assert path["repeats"].tolist() == [1], "decided after one repeat: no second run of a surely worse candidate"
+    tuned = (out / "baseline-cpu-tuned.conf").read_text()
+    assert "include=baseline-cpu" in tuned and "max-num-seqs" not in tuned.split("include=baseline-cpu", 1)[1]
+    assert "best baseline-cpu" in proc.stdout and (out / "report.md").exists()
+    assert (out / "baseline-cpu--max-num-seqs-1" / "c6" / "r1" / "run.json").exists()
