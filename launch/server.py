@@ -90,6 +90,16 @@ class ServerProcess:
             self.proc = subprocess.Popen(["bash", str(SERVE_SH), self.profile, "--run-dir", str(self.run_dir)],
                                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=self.env, start_new_session=True)
+        try:
+            self._wait_until_up(timeout_s)
+        except BaseException:
+            # Ctrl-C or SIGTERM while the server starts: stop it too. An interrupted tuning on the
+            # H200 left a half-started vLLM holding 132 GB, and the next start failed for lack of it.
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_up(self, timeout_s: float) -> None:
         deadline = time.time() + timeout_s
         manifest = self.run_dir / MANIFEST
         while not manifest.exists():
@@ -104,7 +114,6 @@ class ServerProcess:
                 raise ServerError(f"{self.profile}: not healthy after {timeout_s:g} s", tail_lines)
             time.sleep(0.5)
         self.manifest = json.loads(manifest.read_text())
-        return self
 
     def alive(self) -> bool:
         """serve.sh and the vLLM it started are both still running."""

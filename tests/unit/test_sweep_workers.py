@@ -22,3 +22,24 @@ def test_workers_option_takes_a_number_or_auto():
         workers_arg("many")
     args = parse_args(["--profiles", "x", "--concurrency", "4", "--out", "o", "--workers", "auto"])
     assert args.workers == "auto" and args.expected_itl_ms == 5.0
+
+
+def test_a_server_interrupted_while_it_starts_is_stopped(tmp_path, monkeypatch):
+    """Seen on the H200: the tuner interrupted during a server's start left that vLLM running."""
+    import launch.server as server_mod
+
+    fake = tmp_path / "serve.sh"
+    fake.write_text("#!/usr/bin/env bash\nexec sleep 300\n")  # a server that never becomes healthy
+    monkeypatch.setattr(server_mod, "SERVE_SH", fake)
+    calls = []
+
+    def interrupted_sleep(_s):
+        calls.append(1)
+        if len(calls) > 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(server_mod.time, "sleep", interrupted_sleep)
+    server = server_mod.ServerProcess("p", tmp_path, {})
+    with pytest.raises(KeyboardInterrupt):
+        server.start(600)
+    assert server.proc is None or server.proc.poll() is not None, "serve.sh was left running"
