@@ -163,9 +163,13 @@ def test_the_tuner_rejects_a_harmful_knob_and_keeps_the_default(tmp_path):
                           cwd=ROOT, env=dict(os.environ, PORT=str(free_port())), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     path = pd.read_csv(out / "path.csv")
-    assert path[["knob", "value", "verdict", "kept"]].values.tolist() == [["max-num-seqs", 1, "worse", False]], path
-    assert path["repeats"].tolist() == [1], "decided after one repeat: no second run of a surely worse candidate"
+    # How many repeats the interval needs depends on the machine's noise (one on a quiet machine, two
+    # in CI): the value must be rejected either way, within --max-repeats (the early stop itself is
+    # tested on exact frames in tests/unit/test_tune.py).
+    assert path[["knob", "value", "kept"]].values.tolist() == [["max-num-seqs", 1, False]], path
+    assert path["verdict"].iloc[0] in ("worse", "not better") and 1 <= path["repeats"].iloc[0] <= 2, path
     tuned = (out / "baseline-cpu-tuned.conf").read_text()
     assert "include=baseline-cpu" in tuned and "max-num-seqs" not in tuned.split("include=baseline-cpu", 1)[1]
     assert "best baseline-cpu" in proc.stdout and (out / "report.md").exists()
     assert (out / "baseline-cpu--max-num-seqs-1" / "c6" / "r1" / "run.json").exists()
+    assert not (out / "baseline-cpu--max-num-seqs-1" / "c6" / "r3").exists(), "never beyond --max-repeats"
