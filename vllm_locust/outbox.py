@@ -26,12 +26,10 @@ class Outbox:
 
     def __init__(self):
         self.parts: dict[str, list[str]] = {}
-        self.sent_bytes = 0
 
     def take(self) -> dict[str, str]:
         out = {name: "".join(parts) for name, parts in self.parts.items() if parts}
         self.parts = {}
-        self.sent_bytes += sum(len(text) for text in out.values())
         return out
 
 
