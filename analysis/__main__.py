@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vllm_locust.schema import IDS, RUN, SUMMARY, level_name, pct_col, write_atomic
+from vllm_locust.schema import IDS, SUMMARY, level_name, pct_col, write_atomic
 
 from .attribution import attribution_table
 from .benchjson import export_runs, import_specs
@@ -22,9 +22,8 @@ from .checklist import checklist
 from .load import AnalysisError, failed_runs, load_runs
 from .report import write_reports
 from .goodput import parse_slo
-from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, per_run, summarize
-from .tidy import (check_same_model, check_same_workload, failure_table, successful_samples, tidy_client, tidy_markers, tidy_requests,
-                   tidy_samples, tidy_server)
+from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, runs_per_run, summarize
+from .tidy import check_same_model, check_same_workload, failure_table, tidy_markers, tidy_server
 from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts
 
 
@@ -80,8 +79,7 @@ def main(argv=None) -> int:
         runs = load_runs(args.runs_dir, allow_empty=bool(imported)) + imported
         check_same_workload(runs)
         model_note = check_same_model(runs, args.allow_model_mismatch)
-        samples, requests, server = tidy_samples(runs), tidy_requests(runs), tidy_server(runs)
-        samples = successful_samples(samples, requests)
+        samples, requests, run_frame = runs_per_run(runs, slo, args.max_client_lag_ms)
         if samples.empty:
             raise AnalysisError(f"{args.runs_dir}: no measured samples (was every run all warm-up?)")
         baseline = pick_baseline(sorted(samples[IDS.profile].unique()), args.baseline)
@@ -90,8 +88,6 @@ def main(argv=None) -> int:
         return 2
     rule = Rule(max_throughput_drop_pct=args.max_throughput_drop, bootstrap=args.bootstrap, seed=args.seed,
                 slo=slo, on=args.rule)
-    durations = {r.run_key: float(r.record.get(RUN.duration_s) or 0) for r in runs}
-    run_frame = per_run(samples, requests, server, durations, tidy_client(runs), args.max_client_lag_ms, slo)
     summary = summarize(samples, requests, run_frame, slo, args.max_send_lateness_ms)
     comparison = compare(samples, run_frame, baseline, rule, requests)
     per_level = verdicts(comparison, rule, trust_of(summary), baseline)
@@ -107,7 +103,7 @@ def main(argv=None) -> int:
     write_atomic(out / "failures.csv", failure_table(requests).to_csv(index=False))
     md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
                              overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
-                             samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted,
+                             samples=samples, server=tidy_server(runs), runs=run_frame, rule=rule, untrusted=untrusted,
                              markers=tidy_markers(runs), extra_notes=[model_note] if model_note else [],
                              failed=failed)
     for row in failed.itertuples():

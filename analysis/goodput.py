@@ -96,19 +96,30 @@ def met_slo(requests: pd.DataFrame, samples: pd.DataFrame, slo: Slo) -> pd.Serie
     return ok
 
 
-def goodput(requests: pd.DataFrame, samples: pd.DataFrame, slo: Slo | None, duration_s: float) -> dict:
-    """``slo_met_share`` over succeeded and failed requests, and goodput in requests/s and tokens/s."""
+def goodput(requests: pd.DataFrame, samples: pd.DataFrame, slo: Slo | None, duration_s: float,
+            throughput: tuple[float, float] | None = None) -> dict:
+    """``slo_met_share`` over succeeded and failed requests, and goodput in requests/s and tokens/s:
+    the run's throughput (requests/s, tokens/s completed in its window) times the share of its
+    succeeded requests (and their tokens) that met the SLO; without it, good requests over ``duration_s``."""
     nan = float("nan")
     if slo is None:
         return {"slo": "", "slo_met_share": nan, "goodput_requests_per_s": nan, "goodput_tokens_per_s": nan}
     counted = pd.concat([succeeded(requests), failed(requests)])
     met = met_slo(counted, samples, slo)
     good = counted[met]
-    tokens = float(good[REQUEST.completion_tokens].fillna(good[REQUEST.content_chunks]).sum()) if len(good) else 0.0
+    tokens_of = (lambda frame: float(frame[REQUEST.completion_tokens].fillna(frame[REQUEST.content_chunks]).sum())
+                 if len(frame) else 0.0)
     share = float(met.mean()) if len(counted) else nan
+    if throughput is not None:
+        ok = succeeded(requests)
+        req_s, tok_s = throughput
+        ok_tokens = tokens_of(ok)
+        return {"slo": str(slo), "slo_met_share": share,
+                "goodput_requests_per_s": req_s * len(good) / len(ok) if len(ok) else nan,
+                "goodput_tokens_per_s": tok_s * tokens_of(good) / ok_tokens if ok_tokens else nan}
     per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: nan)
     return {"slo": str(slo), "slo_met_share": share, "goodput_requests_per_s": per_s(float(len(good))),
-            "goodput_tokens_per_s": per_s(tokens)}
+            "goodput_tokens_per_s": per_s(tokens_of(good))}
 
 
 def met_groups(requests: pd.DataFrame, samples: pd.DataFrame, slo: Slo) -> list[list[np.ndarray]]:

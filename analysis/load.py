@@ -32,6 +32,7 @@ class Run:
     client: pd.DataFrame = field(default_factory=pd.DataFrame)  # the client's audit rows (schema.ClientRow)
     markers: list[dict] = field(default_factory=list)  # {t_s, label, kind}: set from the web UI (load record)
     asked: dict = field(default_factory=dict)  # the workload the load record says was asked (options)
+    windows: list = field(default_factory=list)  # (start_s, end_s) the load record held the measured phase
 
     @property
     def profile(self) -> str:
@@ -140,20 +141,23 @@ def read_run(directory: Path) -> Run:
     requests = align_clocks(requests, offsets, (REQUEST.sent_at_s,))
     markers = [m for load in loads for m in load.get("markers") or []]
     asked = next((load.get("workload") or {} for load in loads if load.get("workload")), {})
+    windows = [span for load in loads for span in measured_spans(load, any_level=True)]
     return Run(directory, record, samples, requests, _metrics(directory), manifest, _read_client(directory), markers,
-               asked)
+               asked, windows)
 
 
-def measured_seconds(load_record: dict, step, concurrency) -> float:
-    """Seconds the load record's timeline held the measured phase at this step and concurrency."""
+def measured_spans(load_record: dict, step=None, concurrency=None, any_level: bool = False) -> list[tuple[float, float]]:
+    """(start_s, end_s) stretches the load record's timeline held the measured phase: at this step
+    and concurrency, or at any (``any_level``, a sweep run: one level)."""
     timeline = sorted(load_record.get("timeline") or [], key=lambda c: c["t_s"])
     end = load_record.get("stopped_s") or (timeline[-1]["t_s"] if timeline else 0)
-    total = 0.0
+    spans = []
     for change, after in zip(timeline, timeline[1:] + [{"t_s": end}]):
         same_step = (change.get("step") == step) or (change.get("step") is None and pd.isna(step))
-        if change.get("phase") == MEASURED and same_step and change.get("concurrency") == concurrency:
-            total += max(0.0, after["t_s"] - change["t_s"])
-    return total
+        here = any_level or (same_step and change.get("concurrency") == concurrency)
+        if change.get("phase") == MEASURED and here and after["t_s"] > change["t_s"]:
+            spans.append((float(change["t_s"]), float(after["t_s"])))
+    return spans
 
 
 def read_recording(directory: Path, label: str) -> list[Run]:
@@ -185,14 +189,15 @@ def read_recording(directory: Path, label: str) -> list[Run]:
         level = (rate, concurrency)
         repeats[level] = repeats.get(level, 0) + 1
         load = records.get(str(run_id), {})
-        duration = measured_seconds(load, step, concurrency) if load else 0.0
+        windows = measured_spans(load, step, concurrency) if load else []
+        duration = sum(b - a for a, b in windows)
         record = {RUN.profile: label, RUN.concurrency: concurrency, RUN.repeat: repeats[level], RUN.request_rate: rate,
                   RUN.duration_s: duration, RUN.warmup_s: float((load.get("options") or {}).get("step_warmup") or 0)
                   if step is not None else 0.0, RUN.versions: load.get("versions") or {}, "run_id": run_id, "step": step}
         c = client[(client[CLIENT.run_id] == run_id) & (client[CLIENT.concurrency] == concurrency)
                    & (client[CLIENT.step].fillna(-1) == (-1 if step is None else step))] if not client.empty else client
         runs.append(Run(directory, record, s, r, metrics, {}, c, list(load.get("markers") or []),
-                        dict(load.get("workload") or {})))
+                        dict(load.get("workload") or {}), windows))
     return runs
 
 

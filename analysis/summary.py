@@ -11,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import (CLIENT, CPU_PCT, IDS, ITL, LEVEL, LOOP_LAG_MS, PER_RUN, REQUEST, SAMPLE,
+from vllm_locust.schema import (CLIENT, CPU_PCT, IDS, ITL, LEVEL, LOOP_LAG_MS, PER_RUN, REQUEST, RUN, SAMPLE,
                                 SPAWN_TO_SEND_MS, SUMMARY, TTFT, mean_col, pct_col)
 
 from . import server as server_stats
 from .goodput import Slo, from_intended, goodput
 from .stats import percentiles
-from .tidy import at_level, failed, failure_kinds, interrupted, succeeded
+from .tidy import (at_level, failed, failure_kinds, interrupted, succeeded, successful_samples, tidy_client,
+                   tidy_completions, tidy_requests, tidy_samples, tidy_server)
 
 # 2 ms: on the H200 the suite agreed with vLLM's client on ITL at loop-lag p99 1.1-1.8 ms, and
 # read p95 ITL 33% high at 4.5 ms; an idle 2-core VM's own wake-up floor is about 1.1 ms.
@@ -32,8 +33,13 @@ SERVER_MEANS = (PER_RUN.mean_kv_cache_usage, PER_RUN.prefix_cache_hit_rate, PER_
                 PER_RUN.server_itl_mean_ms, PER_RUN.server_p95_ttft_ms, PER_RUN.server_p95_itl_ms)
 
 
-def run_throughput(requests: pd.DataFrame, duration_s: float) -> tuple[float, float]:
-    """(output tokens/s, requests/s) of one run over its measured duration."""
+def run_throughput(requests: pd.DataFrame, duration_s: float, completed: pd.DataFrame | None = None,
+                   window_s: float = 0.0) -> tuple[float, float]:
+    """(output tokens/s, requests/s) of one run: what completed inside its measured window
+    (``tidy.window_completions``) per second of it; without a window (an imported file), its
+    successful requests over ``duration_s``."""
+    if completed is not None and window_s > 0:
+        return float(completed["tokens"].sum()) / window_s, len(completed) / window_s
     ok = succeeded(requests)
     if duration_s <= 0 or ok.empty:
         return float("nan"), float("nan")
@@ -62,17 +68,21 @@ def client_audit(client: pd.DataFrame, max_lag_ms: float) -> dict:
 
 def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame, durations: dict,
             client: pd.DataFrame | None = None, max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS,
-            slo: Slo | None = None) -> pd.DataFrame:
-    """One row per run: throughput, server figures and the client audit (inputs to the repeats' aggregate)."""
+            slo: Slo | None = None, completions: tuple[pd.DataFrame, dict] | None = None) -> pd.DataFrame:
+    """One row per run: throughput, server figures and the client audit (inputs to the repeats' aggregate).
+    ``completions``: ``tidy.tidy_completions(runs)``, the throughput's source where a run has a window."""
     client = client if client is not None else pd.DataFrame(columns=[IDS.run_key, *CLIENT])
+    done, window_s = completions if completions is not None else (None, {})
     rows = []
     for run_key, s in samples.groupby(IDS.run_key):
         r = requests[requests[IDS.run_key] == run_key]
         start, end = measured_window(s, r)
-        tok_s, req_s = run_throughput(r, durations.get(run_key, end - start))
+        windowed = window_s.get(run_key, 0.0) > 0
+        tok_s, req_s = run_throughput(r, durations.get(run_key, end - start),
+                                      done[done[IDS.run_key] == run_key] if windowed else None, window_s.get(run_key, 0.0))
         srv = server_stats.run_server_stats(server_stats.window(server[server[IDS.run_key] == run_key], start, end))
         audit = client_audit(client[client[IDS.run_key] == run_key], max_client_lag_ms)
-        good = goodput(r, s, slo, durations.get(run_key, end - start))
+        good = goodput(r, s, slo, durations.get(run_key, end - start), (req_s, tok_s) if windowed else None)
         rows.append({PER_RUN.run_key: run_key, PER_RUN.profile: s[IDS.profile].iloc[0],
                      PER_RUN.request_rate: float(s[IDS.request_rate].iloc[0]),
                      PER_RUN.concurrency: int(s[IDS.concurrency].iloc[0]), PER_RUN.repeat: int(s[IDS.repeat].iloc[0]),
@@ -81,6 +91,18 @@ def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame,
                      PER_RUN.goodput_tokens_per_s: good[PER_RUN.goodput_tokens_per_s],
                      PER_RUN.window_start_s: start, PER_RUN.window_end_s: end, **srv, **audit})
     return pd.DataFrame(rows, columns=[c for c in PER_RUN if c != PER_RUN.step])
+
+
+def runs_per_run(runs: list, slo: Slo | None = None, max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Loaded runs -> (measured samples of succeeded requests, measured requests, ``per_run``): the
+    first steps of every consumer (the analysis, the tuner, the boundary search)."""
+    requests = tidy_requests(runs)
+    samples = successful_samples(tidy_samples(runs), requests)
+    durations = {r.run_key: float(r.record.get(RUN.duration_s) or 0) for r in runs}
+    frame = per_run(samples, requests, tidy_server(runs), durations, tidy_client(runs), max_client_lag_ms, slo,
+                    tidy_completions(runs))
+    return samples, requests, frame
 
 
 def itl_per_token(itl: pd.DataFrame) -> np.ndarray:

@@ -32,11 +32,10 @@ import pandas as pd
 
 from analysis.goodput import Slo, parse_slo
 from analysis.load import AnalysisError, load_runs
-from analysis.summary import per_run, summarize
-from analysis.tidy import successful_samples, tidy_requests, tidy_samples, tidy_server
+from analysis.summary import runs_per_run, summarize
 from launch.server import ServerError
 from launch.sweep import Plan, Sweep, SweepError, _interrupt, log, parse_with_sweep, validate
-from vllm_locust.schema import RUN, SUMMARY, level_dir, pct_col
+from vllm_locust.schema import SUMMARY, level_dir, pct_col
 
 # The p95 column a threshold is judged on (open loop: from the intended send).
 JUDGED = {"ttft": (pct_col("TTFT_FROM_INTENDED", 95), pct_col("TTFT", 95)), "itl": (pct_col("ITL", 95),) * 2,
@@ -70,10 +69,8 @@ def judge(row: pd.Series, slo: Slo) -> tuple[bool, dict, str]:
 def evaluate(level_path: Path, slo: Slo) -> Probe:
     """Judge the finished runs under one level's directory on their pooled samples."""
     runs = load_runs(level_path)
-    samples, requests = tidy_samples(runs), tidy_requests(runs)
-    samples = successful_samples(samples, requests)
-    durations = {r.run_key: float(r.record.get(RUN.duration_s) or 0) for r in runs}
-    summary = summarize(samples, requests, per_run(samples, requests, tidy_server(runs), durations, slo=slo), slo)
+    samples, requests, frame = runs_per_run(runs, slo)
+    summary = summarize(samples, requests, frame, slo)
     row = summary.iloc[0]
     passed, figures, why = judge(row, slo)
     load = float(row[SUMMARY.request_rate]) or float(row[SUMMARY.concurrency])

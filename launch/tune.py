@@ -40,12 +40,11 @@ import pandas as pd
 
 from analysis.goodput import parse_slo
 from analysis.load import AnalysisError, load_runs
-from analysis.summary import DEFAULT_MAX_CLIENT_LAG_MS, per_run, summarize
-from analysis.tidy import successful_samples, tidy_client, tidy_requests, tidy_samples, tidy_server
+from analysis.summary import runs_per_run, summarize
 from analysis.verdict import Rule, compare, trust_of, verdicts
 from launch.server import ServerError
 from launch.sweep import LABEL_CHARS, Plan, Sweep, SweepError, _interrupt, log, parse_with_sweep, validate
-from vllm_locust.schema import COMPARISON, PER_RUN, RUN, VERDICT, level_name, pct_col, write_atomic
+from vllm_locust.schema import COMPARISON, VERDICT, level_name, pct_col, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 PATH_COLUMNS = ("step", "knob", "value", "candidate", "against", "repeats", "verdict", "kept", "level",
@@ -161,11 +160,7 @@ class Tuner:
             runs = [r for r in load_runs(self.out) if r.profile in (best, candidate)]
         except AnalysisError as err:
             raise SweepError(str(err)) from None
-        requests = tidy_requests(runs)
-        samples = successful_samples(tidy_samples(runs), requests)
-        durations = {r.run_key: float(r.record.get(RUN.duration_s) or 0) for r in runs}
-        frame = per_run(samples, requests, tidy_server(runs), durations, tidy_client(runs), DEFAULT_MAX_CLIENT_LAG_MS,
-                        self.rule.slo)
+        samples, requests, frame = runs_per_run(runs, self.rule.slo)
         comparison = compare(samples, frame, best, self.rule, requests)
         trust = trust_of(summarize(samples, requests, frame, self.rule.slo))
         return decide(verdicts(comparison, self.rule, trust, best), comparison, candidate)
