@@ -1,7 +1,6 @@
 """The web UI's "vLLM server" tab: registered through Locust's extension mechanism, its table rows,
 its controls (markers, prefix-cache reset) and what they write to the run's load record."""
 
-import json
 import warnings
 
 import pytest
