@@ -470,12 +470,17 @@ class Sweep:
         with open(directory / LOCUST_LOG, "w") as out:
             try:
                 if n_workers > 0:
+                    # A port of its own: on Locust's default (5557) the workers of two sweeps on one
+                    # host (or a web-UI master) joined whichever master listened first.
+                    port = str(free_port())
                     with open(directory / LOCUST_WORKERS_LOG, "w") as wlog:
                         for _ in range(n_workers):
                             workers.append(subprocess.Popen(
                                 [*pin, sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
-                                 "--master-host", "127.0.0.1"], stdout=wlog, stderr=subprocess.STDOUT, cwd=ROOT))
-                    cmd = [*common, "--master", "--master-bind-host", "127.0.0.1", "--expect-workers", str(n_workers)]
+                                 "--master-host", "127.0.0.1", "--master-port", port],
+                                stdout=wlog, stderr=subprocess.STDOUT, cwd=ROOT))
+                    cmd = [*common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                           "--expect-workers", str(n_workers)]
                 else:
                     cmd = common
                 return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout).returncode

@@ -94,6 +94,31 @@ def test_sweep_with_workers_records_every_worker(fake_server, tmp_path):
     assert analyse(out).returncode == 0
 
 
+def test_a_sweep_with_workers_does_not_use_locusts_default_master_port(fake_server, tmp_path):
+    """Seen: two test sessions on one host ran sweeps with workers at once; one run recorded three
+    worker processes, another none: every master listened on Locust's default port 5557 and the
+    workers joined whichever came first. Here something else holds 5557 during the sweep."""
+    import socket
+
+    fake_server.configure(ttft_ms=10, itl_ms=2, tokens=8)
+    squatter = socket.socket()
+    try:
+        squatter.bind(("127.0.0.1", 5557))
+        squatter.listen()
+    except OSError:
+        pass  # already taken by something else: the same situation
+    try:
+        out = tmp_path / "runs"
+        proc = subprocess.run(["bash", str(ROOT / "launch" / "sweep.sh"), "--external-url", fake_server.url, "--label",
+                               "w1", "--concurrency", "2", "--warmup", "1", "--duration", "3", "--workers", "1",
+                               "--out", str(out), "--", *LOAD], capture_output=True, text=True, timeout=240)
+    finally:
+        squatter.close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    requests = pd.concat(pd.read_csv(f) for f in (out / "w1" / "c2" / "r1").glob("requests-*.csv"))
+    assert requests["worker_id"].nunique() == 1 and len(requests) > 0
+
+
 def test_steps_in_a_locust_conf_work_as_on_the_command_line(fake_server, tmp_path):
     fake_server.configure(ttft_ms=10, itl_ms=2, tokens=8)
     conf = tmp_path / "locust.conf"
