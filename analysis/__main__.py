@@ -23,6 +23,7 @@ from .load import AnalysisError, failed_runs, load_runs
 from .report import write_reports
 from .goodput import parse_slo
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, runs_per_run, summarize
+from .paired import is_paired
 from .tidy import check_same_model, check_same_workload, failure_table, tidy_markers, tidy_server
 from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts
 
@@ -77,6 +78,9 @@ def main(argv=None) -> int:
             raise AnalysisError("--rule goodput needs --slo, e.g. --slo ttft:500,itl:50")
         imported = import_specs(args.import_bench)
         runs = load_runs(args.runs_dir, allow_empty=bool(imported)) + imported
+        if any(is_paired(r) for r in runs):
+            raise AnalysisError(f"{args.runs_dir}: a paired run (--paired-host): its two servers' requests are "
+                                f"compared pair by pair with python -m analysis.paired {args.runs_dir}")
         check_same_workload(runs)
         model_note = check_same_model(runs, args.allow_model_mismatch)
         samples, requests, run_frame = runs_per_run(runs, slo, args.max_client_lag_ms)

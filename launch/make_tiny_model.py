@@ -4,7 +4,7 @@ No model hub is reachable from CI or from a laptop behind a proxy, so the suite 
 a Llama-shaped ``config.json`` and a byte-level BPE tokenizer trained here on seeded pseudo-words,
 with a chat template. The same seed gives the same vocabulary on every machine.
 
-Usage: python launch/make_tiny_model.py OUT_DIR [--vocab-size 4096] [--shape tiny|qwen2.5-7b]
+Usage: python launch/make_tiny_model.py OUT_DIR [--vocab-size 4096] [--shape tiny|qwen2.5-7b|qwen2.5-32b]
 """
 
 from __future__ import annotations
@@ -48,12 +48,15 @@ def train_tokenizer(vocab_size: int, seed: int) -> Tokenizer:
     return tok
 
 
-# Shapes: "tiny" for CPU tests; "qwen2.5-7b" is that model's shape (random weights), for GPU runs.
+# Shapes: "tiny" for CPU tests; "qwen2.5-7b" and "qwen2.5-32b" are those models' shapes (random weights), for GPU runs.
 SHAPES = {
     "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                  num_key_value_heads=1, head_dim=64, torch_dtype="float32"),
     "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                        num_key_value_heads=4, head_dim=128, torch_dtype="bfloat16"),
+    # for tensor parallelism on several GPUs: 64 GB of bf16 weights, more than one GPU's share at TP 1 leaves for KV
+    "qwen2.5-32b": dict(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
+                        num_key_value_heads=8, head_dim=128, torch_dtype="bfloat16"),
 }
 
 

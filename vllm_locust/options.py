@@ -27,6 +27,10 @@ OPTIONS = [
                        help="Bearer token for the server (env OPENAI_API_KEY; or --api-key-file)")),
     ("--api-key-file", dict(default="", env_var="LOCUST_API_KEY_FILE", include_in_web_ui=False,
                             help="File whose first line is the bearer token (when --api-key is not given)")),
+    ("--paired-host", dict(default="", env_var="LOCUST_PAIRED_HOST",
+                           help="Paired mode: send every request at the same instant to --host (target a) and to this "
+                                "server (target b), same prompt, each its own stream; python -m analysis.paired "
+                                "compares them pair by pair")),
     ("--worker-samples-dir", dict(default="", env_var="LOCUST_WORKER_SAMPLES_DIR", include_in_web_ui=False,
                                   help="A worker's own copy of its raw files (set on the worker); the master's "
                                        "--samples-dir gets every worker's rows either way")),

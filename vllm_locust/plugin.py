@@ -315,6 +315,8 @@ class VllmPlugin:
             # The deciding process checks the server once; workers get the model with each spawn.
             try:
                 options.model = resolve_model(require_host(environment.host), options.model, options.api_key)
+                if getattr(options, "paired_host", ""):  # paired mode: the other server must serve the same name
+                    resolve_model(options.paired_host, options.model, options.api_key)
             except ServerCheckError as err:
                 self.fail_run(str(err))
                 return
@@ -547,13 +549,14 @@ class VllmPlugin:
         o = self.environment.parsed_options
         return (ctx.host, o.api_key, float(o.connect_timeout), float(o.read_timeout), o.http_transport)
 
-    def new_client(self, ctx: LoadContext):
+    def new_client(self, ctx: LoadContext, host: str = ""):
         """A user's own ``openai`` client (its own keep-alive connection), cheap: the TLS context
-        (the certificate store, 20 ms to load) is built once per process and shared."""
+        (the certificate store, 20 ms to load) is built once per process and shared. ``host``:
+        another server than the run's (paired mode's target b), the same settings otherwise."""
         if self._tls is None:
             self._tls = ssl.create_default_context()
-        host, api_key, connect_s, read_s, transport = self.client_settings(ctx)
-        return make_client(host, api_key, connect_s, read_s, tls=self._tls, transport=transport)
+        run_host, api_key, connect_s, read_s, transport = self.client_settings(ctx)
+        return make_client(host or run_host, api_key, connect_s, read_s, tls=self._tls, transport=transport)
 
     def close_recorder(self) -> None:
         if self.recorder is not None:

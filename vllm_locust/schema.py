@@ -145,11 +145,13 @@ class RequestRow:
     lateness_ms: float | None = None
     queue_ms: float | None = None
     request_rate: float | None = None
+    target: str = ""  # paired mode (--paired-host): "a" (--host) or "b" (the paired host); empty otherwise
+    pair_id: str = ""  # paired mode: the same for both targets' copies of one request
 
 
 # Columns a run recorded before they existed is read without (the analysis fills them empty).
 OPTIONAL_SAMPLE_COLUMNS = ("tokens", "request_rate")
-OPTIONAL_REQUEST_COLUMNS = ("intended_at_s", "lateness_ms", "queue_ms", "request_rate")
+OPTIONAL_REQUEST_COLUMNS = ("intended_at_s", "lateness_ms", "queue_ms", "request_rate", "target", "pair_id")
 
 SAMPLE = Columns(*names_of(SampleRow))
 CLIENT = Columns(*names_of(ClientRow))

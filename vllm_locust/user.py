@@ -60,6 +60,7 @@ class ChatStreamUser(User):
         self.spawned_perf_s = time.perf_counter()
         self.first_sent = False  # spawn-to-first-send is recorded once per user
         self.refusals = 0  # consecutive refused connections: the backoff's exponent
+        self.paired: tuple | None = None  # paired mode: (client settings, client, its own WireClock)
 
     def _client_for(self, ctx: LoadContext):
         """This user's client, rebuilt when the host, key or timeouts change (web UI runs)."""
@@ -68,13 +69,22 @@ class ChatStreamUser(User):
             self.client, self.client_settings = self.plugin.new_client(ctx), settings
         return self.client
 
-    def _request_info(self, ctx: LoadContext, labels: tuple) -> RequestInfo:
+    def _paired_for(self, ctx: LoadContext, host: str) -> tuple:
+        """Paired mode's target b: this user's second client (to ``--paired-host``) and clock."""
+        settings = (host, *self.plugin.client_settings(ctx)[1:])
+        if self.paired is None or self.paired[0] != settings:
+            self.paired = (settings, self.plugin.new_client(ctx, host), WireClock())
+        return self.paired[1], self.paired[2]
+
+    def _request_info(self, ctx: LoadContext, labels: tuple, wire: WireClock, number: int, target: str) -> RequestInfo:
         """Identity and labels of the request now on the wire (the send hook has stamped it)."""
         run_id, phase, concurrency, step, request_rate = labels
         worker_id = self.plugin.worker_id
-        return RequestInfo(run_id=run_id, worker_id=worker_id, request_id=f"{worker_id}:{next(_request_numbers)}",
-                           request_type=ctx.spec.endpoint, phase=phase, concurrency=concurrency, step=step,
-                           sent_at_s=self.wire.sent_at_s, sent_perf_s=self.wire.sent_perf_s, request_rate=request_rate)
+        # paired mode: target b's copy gets its own id and its own Locust name ("chat-b")
+        return RequestInfo(run_id=run_id, worker_id=worker_id, request_id=f"{worker_id}:{number}{'b' if target == 'b' else ''}",
+                           request_type=ctx.spec.endpoint + ("-b" if target == "b" else ""), phase=phase,
+                           concurrency=concurrency, step=step, sent_at_s=wire.sent_at_s, sent_perf_s=wire.sent_perf_s,
+                           request_rate=request_rate)
 
     @task
     def stream_completion(self):
@@ -82,10 +92,11 @@ class ChatStreamUser(User):
         try:
             ctx = plugin.load_context()
             client = self._client_for(ctx)
+            paired_host = getattr(self.environment.parsed_options, "paired_host", "") or ""
+            paired = self._paired_for(ctx, paired_host) if paired_host else None
         except (ServerCheckError, ValueError, OSError) as err:
             plugin.workload_failed(err)
             raise StopUser() from None
-        resource = client.completions if ctx.spec.endpoint == "completions" else client.chat.completions
         # Open loop: wait for this process's next arrival (at once when it is already due).
         arrival = plugin.pacer.claim() if plugin.open_loop else None
         state = plugin.state
@@ -94,15 +105,38 @@ class ChatStreamUser(User):
                   state.step, state.request_rate if arrival is not None else None)
         prompt, rendered = ctx.next_request(labels[0])
         body = request_body(ctx, rendered)
+        number = next(_request_numbers)
+        if paired is None:
+            refused, wait_s = self._leg(ctx, client, self.wire, body, prompt, labels, arrival, number, "")
+        else:
+            # Both servers get the same request at the same instant, each on its own stream; the
+            # run's stop kills this greenlet, and with it target b's.
+            leg_b = gevent.spawn(self._leg, ctx, paired[0], paired[1], body, prompt, labels, arrival, number, "b")
+            try:
+                refused, wait_s = self._leg(ctx, client, self.wire, body, prompt, labels, arrival, number, "a")
+                refused_b, wait_b = leg_b.get()
+            finally:
+                leg_b.kill()
+            refused, wait_s = refused or refused_b, max(wait_s or 0.0, wait_b or 0.0) or None
+        if wait_s:
+            gevent.sleep(wait_s)  # HTTP 429: the server said when to come back
+        self.back_off(refused)
+
+    def _leg(self, ctx: LoadContext, client, wire: WireClock, body: dict, prompt, labels: tuple,
+             arrival: Arrival | None, number: int, target: str) -> tuple[bool, float | None]:
+        """One request to one server, streamed, timed and recorded: (refused, seconds to wait)."""
+        plugin = self.plugin
+        resource = client.completions if ctx.spec.endpoint == "completions" else client.chat.completions
         audit = plugin.audit
-        self.wire.on_request_started()  # the wire hook stamps it again when the bytes go out
+        wire.on_request_started()  # the wire hook stamps it again when the bytes go out
         report: RequestReport | None = None
         timer: StreamTimer | None = None
 
         def on_content(_index: int, t: float, tokens: int | None) -> None:
             nonlocal report, timer
             if report is None:
-                report = RequestReport(self.environment, plugin.recorder, self._request_info(ctx, labels), plugin.window)
+                report = RequestReport(self.environment, plugin.recorder,
+                                       self._request_info(ctx, labels, wire, number, target), plugin.window)
                 timer = StreamTimer(report.info.sent_perf_s)
             metric, value = timer.content(t)
             report.sample(metric, value, t, tokens)
@@ -110,27 +144,25 @@ class ChatStreamUser(User):
                 audit.chunks += 1
 
         result, error = StreamResult(), None
+        finish = (lambda err: self._finish(report, timer, ctx, prompt, labels, result, err, time.perf_counter(), arrival,
+                                           wire, number, target))
         try:
-            with self.wire.active(), resource.with_streaming_response.create(**body) as response:
+            with wire.active(), resource.with_streaming_response.create(**body) as response:
                 consume(stamped_payloads(response.http_response.iter_raw()), on_content, result)
             if not result.content_times_s:
                 raise RequestFailure(f"stream finished ({result.finish_reason}) without any content")
         except GreenletExit:
             # The run stopped mid-stream: keep the row (its TTFT was counted), marked as interrupted.
-            self._finish(report, timer, ctx, prompt, labels, result, RequestFailure(INTERRUPTED), time.perf_counter(),
-                         arrival)
+            finish(RequestFailure(INTERRUPTED))
             raise
         except Exception as err:  # every failure becomes a Locust failure with its own message
             error = RequestFailure(describe_error(err, float(self.environment.parsed_options.read_timeout)))
             if is_client_error(err):
                 logger.exception("%s", error)
-            refused, wait_s = connection_refused(err), retry_after_s(err)
-        else:
-            refused, wait_s = False, None
-        self._finish(report, timer, ctx, prompt, labels, result, error, time.perf_counter(), arrival)
-        if wait_s:
-            gevent.sleep(wait_s)  # HTTP 429: the server said when to come back
-        self.back_off(refused)
+            finish(error)
+            return connection_refused(err), retry_after_s(err)
+        finish(None)
+        return False, None
 
     def back_off(self, refused: bool) -> None:
         """After a refused connection, wait (doubling, up to ``MAX_BACKOFF_S``) before the next
@@ -145,10 +177,11 @@ class ChatStreamUser(User):
 
     def _finish(self, report: RequestReport | None, timer: StreamTimer | None, ctx: LoadContext, prompt,
                 labels: tuple, result: StreamResult, error: Exception | None, end_perf: float,
-                arrival: Arrival | None = None) -> None:
+                arrival: Arrival | None, wire: WireClock, number: int, target: str) -> None:
         """Report the per-request metrics (or the failure) and write the request's rows."""
         if report is None:  # no content arrived: the request still has a row
-            report = RequestReport(self.environment, self.plugin.recorder, self._request_info(ctx, labels), self.plugin.window)
+            report = RequestReport(self.environment, self.plugin.recorder,
+                                   self._request_info(ctx, labels, wire, number, target), self.plugin.window)
             timer = StreamTimer(report.info.sent_perf_s)
         info = report.info
         # spawn-to-send measures a closed-loop user's start; an open-loop user waits for its arrival
@@ -174,6 +207,7 @@ class ChatStreamUser(User):
             error="" if error is None else str(error),
             phase=info.phase, concurrency=info.concurrency, step=info.step,
             **open_loop_columns(arrival, info),
+            **({"target": target, "pair_id": f"{info.worker_id}:{number}"} if target else {}),
         ))
 
 

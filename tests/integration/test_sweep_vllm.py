@@ -26,7 +26,8 @@ def launch(script: str, *args: str, env: dict | None = None, timeout: int = 900)
 
 def test_flags_are_checked_against_the_installed_vllm(tmp_path):
     require_vllm()
-    for profile in ("baseline-cpu", "optimized-cpu", "speculative-ngram"):
+    for profile in ("baseline-cpu", "optimized-cpu", "speculative-ngram", "tensor-parallel-2", "tensor-parallel-4",
+                    "tensor-parallel-8"):
         proc = launch("serve.sh", profile, "--check", env={"MODEL": str(ROOT / "models" / "tiny")})
         assert proc.returncode == 0, f"{profile}: {proc.stderr[-1500:]}"
     for name, line in (("old", "disable-log-requests=true"), ("metrics", "enable-metrics=true"),
