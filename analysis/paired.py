@@ -54,11 +54,12 @@ def change_intervals(a: np.ndarray, b: np.ndarray, q: float, resamples: int, see
     rng = np.random.default_rng(seed)
     n = len(a)
     change = 100.0 * (np.percentile(b, q) / np.percentile(a, q) - 1.0)
-    idx = rng.integers(0, n, (resamples, n))
-    paired = 100.0 * (np.percentile(b[idx], q, axis=1) / np.percentile(a[idx], q, axis=1) - 1.0)
-    other = rng.integers(0, n, (resamples, n))
-    unpaired = 100.0 * (np.percentile(b[other], q, axis=1) / np.percentile(a[idx], q, axis=1) - 1.0)
-    return change, tuple(np.percentile(paired, (2.5, 97.5))), tuple(np.percentile(unpaired, (2.5, 97.5)))
+    idx, other = rng.integers(0, n, (resamples, n)), rng.integers(0, n, (resamples, n))
+    base = np.percentile(a[idx], q, axis=1)
+    base = np.where(base > 0, base, np.nan)  # a resample whose percentile is 0 (one-chunk TPOTs) has no ratio
+    paired = 100.0 * (np.percentile(b[idx], q, axis=1) / base - 1.0)
+    unpaired = 100.0 * (np.percentile(b[other], q, axis=1) / base - 1.0)
+    return change, tuple(np.nanpercentile(paired, (2.5, 97.5))), tuple(np.nanpercentile(unpaired, (2.5, 97.5)))
 
 
 def requests_needed(n: int, change: float, low: float, high: float) -> float:
