@@ -19,6 +19,18 @@ sys.path.insert(0, str(ROOT))
 from vllm_locust.mockserver import start_process  # noqa: E402
 
 
+def processes(n: int) -> list[str]:
+    """``--processes N`` on a port of its own: Locust's master binds 5557 and its forked workers
+    connect to 5557 unless told otherwise, so two such runs on one host (or another test's Locust)
+    would share one master."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    return ["--processes", str(n), "--master-bind-port", port, "--master-port", port]
+
+
 def start_fake_server(*args: str):
     """The mock server in its own process: e2e tests, where its clock must not share our CPU."""
     return start_process(*args)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import start_fake_server
+from tests.conftest import processes as processes_args, start_fake_server
 
 ROOT = Path(__file__).resolve().parents[2]
 LOAD = ["--max-tokens", "10", "--prompt-tokens", "32", "--prompt-pool", "8", "--burstiness", "inf"]
@@ -81,7 +81,7 @@ def test_the_asked_rate_is_the_total_over_all_processes(tmp_path, processes):
                "--only-summary", "--request-rate", "20", "--max-concurrency", "8", "--step-warmup", "0",
                "--step-duration", "5", "--samples-dir", str(tmp_path), *LOAD]
         if processes > 1:
-            cmd += ["--processes", str(processes)]
+            cmd += processes_args(processes)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr[-2000:]
     finally:

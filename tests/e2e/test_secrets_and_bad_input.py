@@ -12,7 +12,7 @@ from pathlib import Path
 
 import requests as http
 
-from tests.conftest import start_fake_server
+from tests.conftest import processes, start_fake_server
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-0123456789-never-in-files"
@@ -100,7 +100,7 @@ def test_a_bad_workload_option_with_processes_2_stops_at_once_with_exit_2():
     try:
         # -t 300s: a run that does not stop on the bad value would still be running at the limit.
         code, out = run_group([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
-                               "--headless", "--processes", "2", "-u", "2", "-r", "2", "-t", "300s",
+                               "--headless", *processes(2), "-u", "2", "-r", "2", "-t", "300s",
                                "--prompt-tokens", "0"], timeout_s=150)
     finally:
         server.stop()

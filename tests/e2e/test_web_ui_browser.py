@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests as http
 
-from tests.conftest import start_fake_server
+from tests.conftest import processes, start_fake_server
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -73,7 +73,7 @@ def test_the_vllm_server_tab_in_a_real_browser(tmp_path):
         port = s.getsockname()[1]
     samples = tmp_path / "ui-run"
     ui = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
-                           "--web-host", "127.0.0.1", "--web-port", str(port), "--processes", "2",
+                           "--web-host", "127.0.0.1", "--web-port", str(port), *processes(2),
                            "--samples-dir", str(samples), "--prompt-tokens", "64", "--max-tokens", "40"],
                           cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"

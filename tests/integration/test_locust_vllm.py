@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.conftest import processes
+
 from .conftest import run_locust
 
 pytestmark = pytest.mark.integration
@@ -75,7 +77,7 @@ def test_headless_run_reports_ttft_itl_and_raw_samples(vllm_server, tmp_path):
 
 def test_processes_2_gives_the_same_totals_as_the_files(vllm_server, tmp_path):
     out = tmp_path / "processes"
-    proc = run_locust(vllm_server.url, out, "--processes", "2", "-u", "4", "-r", "4", "-t", "15s", *LOAD)
+    proc = run_locust(vllm_server.url, out, *processes(2), "-u", "4", "-r", "4", "-t", "15s", *LOAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     requests = read_all(str(out / "requests-*.csv"))
     samples = read_all(str(out / "samples-*.csv"))
@@ -169,7 +171,7 @@ def test_open_loop_against_real_vllm_with_two_processes(vllm_server, tmp_path):
     import sys
 
     out = tmp_path / "rate"
-    proc = run_locust(vllm_server.url, out, "--processes", "2", "--request-rate", "4", "--burstiness", "inf",
+    proc = run_locust(vllm_server.url, out, *processes(2), "--request-rate", "4", "--burstiness", "inf",
                       "--max-concurrency", "8", "--step-warmup", "2", "--step-duration", "10", *LOAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     requests = read_all(str(out / "requests-*.csv"))
