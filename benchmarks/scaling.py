@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,12 +23,8 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(ROOT))
+from launch.sweep import free_port  # noqa: E402
 
 
 def start_servers(n: int, args) -> tuple[list[subprocess.Popen], str]:

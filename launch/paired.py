@@ -23,15 +23,12 @@ import threading
 from pathlib import Path
 
 from launch.server import ServerError, ServerProcess, serve_sh
-from launch.sweep import positive_ints
+from launch.sweep import positive_ints, split_locust_args, without_api_key
 
 ROOT = Path(__file__).resolve().parents[1]
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    locust_args: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, locust_args = argv[:i], argv[i + 1:]
+    argv, locust_args = split_locust_args(argv)
     p = argparse.ArgumentParser(prog="python -m launch.paired", description=__doc__.splitlines()[0])
     p.add_argument("--base", required=True, help="the baseline profile (target a)")
     p.add_argument("--candidate", required=True, help="the candidate profile (target b)")
@@ -46,7 +43,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--bootstrap", type=int, default=1000)
     p.add_argument("--dry-run", action="store_true", help="print both server commands and the Locust command")
     args = p.parse_args(argv)
-    args.locust_args = locust_args
+    args.locust_args, key = without_api_key(locust_args)
+    if key:  # Locust and both servers' smoke tests read it from there, never from a command line
+        os.environ["OPENAI_API_KEY"] = key
     return args
 
 

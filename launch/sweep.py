@@ -66,11 +66,16 @@ def positive_ints(text: str, flag: str) -> list[int]:
     return values
 
 
+def split_locust_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(a command's own arguments, Locust's: those after ``--``)."""
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    locust_args: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, locust_args = argv[:i], argv[i + 1:]
+    argv, locust_args = split_locust_args(argv)
     p = argparse.ArgumentParser(prog="launch/sweep.sh", description=__doc__.splitlines()[0])
     p.add_argument("--profiles", default="")
     p.add_argument("--concurrency", default="32,64,128")
@@ -104,12 +109,9 @@ def parse_with_sweep(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     """A command built on the sweep (the boundary search, the tuner): its own options from
     ``parser``, everything else (servers, levels, warm-up, duration, repeats, out, workers, and
     Locust's arguments after ``--``) the sweep's."""
-    locust_args: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, locust_args = argv[:i], argv[i:]
+    argv, locust_args = split_locust_args(argv)
     own, rest = parser.parse_known_args(argv)
-    args = parse_args(rest + locust_args)
+    args = parse_args([*rest, "--", *locust_args])
     for key, value in vars(own).items():
         setattr(args, key, value)
     return args

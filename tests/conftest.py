@@ -8,6 +8,7 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import socket
 import sys
 from pathlib import Path
 
@@ -19,15 +20,17 @@ sys.path.insert(0, str(ROOT))
 from vllm_locust.mockserver import start_process  # noqa: E402
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def processes(n: int) -> list[str]:
     """``--processes N`` on a port of its own: Locust's master binds 5557 and its forked workers
     connect to 5557 unless told otherwise, so two such runs on one host (or another test's Locust)
     would share one master."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    port = str(free_port())
     return ["--processes", str(n), "--master-bind-port", port, "--master-port", port]
 
 

@@ -4,7 +4,6 @@ whole -t with --processes 2, sweep parameters that were never checked (each fail
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -12,17 +11,11 @@ from pathlib import Path
 
 import requests as http
 
-from tests.conftest import processes, start_fake_server
+from tests.conftest import free_port, processes, start_fake_server
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-0123456789-never-in-files"
 LOAD = ["--max-tokens", "8", "--prompt-tokens", "32", "--prompt-pool", "8"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listening_addresses(port: int) -> set[str]:

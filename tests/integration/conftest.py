@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import free_port  # noqa: F401  (the integration tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_DIR = ROOT / "models" / "tiny"
@@ -24,12 +25,6 @@ MODEL_DIR = ROOT / "models" / "tiny"
 def vllm_python() -> str | None:
     candidate = os.environ.get("VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
     return candidate if Path(candidate).exists() else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def require_vllm():
