@@ -21,7 +21,7 @@ import pandas as pd
 from vllm_locust.schema import E2E, ITL, REQUEST, RUN, SAMPLE, TPOT, TTFT, write_atomic
 
 from .load import AnalysisError, Run
-from .tidy import measured, succeeded
+from .tidy import measured, output_tokens, succeeded
 
 PERCENTILES = (50, 90, 95, 99)
 # vLLM's names for the suite's metrics
@@ -48,7 +48,7 @@ def run_to_bench(run: Run) -> dict:
     duration = float(run.record.get(RUN.duration_s) or 0.0)
     if duration <= 0 and len(requests):
         duration = float(requests[REQUEST.sent_at_s].max() - requests[REQUEST.sent_at_s].min())
-    output = ok[REQUEST.completion_tokens].fillna(ok[REQUEST.content_chunks]).astype(int)
+    output = output_tokens(ok).astype(int)
     inputs = ok[REQUEST.prompt_tokens].fillna(0).astype(int)
     rate = run.request_rate
     result = {

@@ -24,7 +24,7 @@ import pandas as pd
 
 from vllm_locust.schema import IDS, ITL, REQUEST, SAMPLE
 
-from .tidy import failed, succeeded
+from .tidy import failed, output_tokens, succeeded
 
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
 
@@ -84,7 +84,7 @@ def met_slo(requests: pd.DataFrame, samples: pd.DataFrame, slo: Slo) -> pd.Serie
     if "e2e" in limits:
         meets &= from_intended(good, REQUEST.e2e_ms) <= limits["e2e"]
     if "tpot" in limits:
-        tokens = good[REQUEST.completion_tokens].fillna(good[REQUEST.content_chunks])
+        tokens = output_tokens(good)
         tpot = (good[REQUEST.e2e_ms] - good[REQUEST.ttft_ms]) / (tokens - 1).where(tokens > 1)
         meets &= tpot.fillna(0.0) <= limits["tpot"]  # one token: no TPOT to miss
     if "itl" in limits:
@@ -107,8 +107,7 @@ def goodput(requests: pd.DataFrame, samples: pd.DataFrame, slo: Slo | None, dura
     counted = pd.concat([succeeded(requests), failed(requests)])
     met = met_slo(counted, samples, slo)
     good = counted[met]
-    tokens_of = (lambda frame: float(frame[REQUEST.completion_tokens].fillna(frame[REQUEST.content_chunks]).sum())
-                 if len(frame) else 0.0)
+    tokens_of = (lambda frame: float(output_tokens(frame).sum()) if len(frame) else 0.0)
     share = float(met.mean()) if len(counted) else nan
     if throughput is not None:
         ok = succeeded(requests)

@@ -25,7 +25,7 @@ import pandas as pd
 from vllm_locust.schema import REQUEST, write_atomic
 
 from .load import AnalysisError, Run, load_runs
-from .tidy import measured, succeeded
+from .tidy import measured, output_tokens, succeeded
 
 QUANTILES = {"ttft_ms": (50, 95, 99), "tpot_ms": (50, 95), "e2e_ms": (50, 95)}
 COLUMNS = ("run", "concurrency", "metric", "pairs", "a", "b", "change_pct", "paired_low_pct", "paired_high_pct",
@@ -41,7 +41,7 @@ def pairs(requests: pd.DataFrame) -> pd.DataFrame:
     """One row per pair whose two copies both succeeded in the measured phase: ``<metric>_a``, ``<metric>_b``."""
     ok = succeeded(measured(requests))
     ok = ok[ok["target"].isin(("a", "b"))].copy()
-    tokens = ok[REQUEST.completion_tokens].fillna(ok[REQUEST.content_chunks])
+    tokens = output_tokens(ok)
     ok["tpot_ms"] = (ok[REQUEST.e2e_ms] - ok[REQUEST.ttft_ms]) / (tokens - 1).where(tokens > 1)
     wide = ok.pivot_table(index="pair_id", columns="target", values=list(QUANTILES), aggfunc="first")
     wide.columns = [f"{metric}_{target}" for metric, target in wide.columns]

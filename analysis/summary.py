@@ -17,7 +17,7 @@ from vllm_locust.schema import (CLIENT, CPU_PCT, IDS, ITL, LEVEL, LOOP_LAG_MS, P
 from . import server as server_stats
 from .goodput import Slo, from_intended, goodput
 from .stats import percentiles
-from .tidy import (at_level, failed, failure_kinds, interrupted, succeeded, successful_samples, tidy_client,
+from .tidy import (at_level, failed, failure_kinds, interrupted, output_tokens, succeeded, successful_samples, tidy_client,
                    tidy_completions, tidy_requests, tidy_samples, tidy_server)
 
 # 2 ms: on the H200 the suite agreed with vLLM's client on ITL at loop-lag p99 1.1-1.8 ms, and
@@ -43,7 +43,7 @@ def run_throughput(requests: pd.DataFrame, duration_s: float, completed: pd.Data
     ok = succeeded(requests)
     if duration_s <= 0 or ok.empty:
         return float("nan"), float("nan")
-    tokens = ok[REQUEST.completion_tokens].fillna(ok[REQUEST.content_chunks]).sum()
+    tokens = output_tokens(ok).sum()
     return float(tokens) / duration_s, len(ok) / duration_s
 
 

@@ -41,6 +41,12 @@ def succeeded(requests: pd.DataFrame) -> pd.DataFrame:
     return requests[requests[REQUEST.error].isna()] if REQUEST.error in requests else requests
 
 
+def output_tokens(requests: pd.DataFrame) -> pd.Series:
+    """Each request's output tokens: the server's ``usage.completion_tokens``, else its content
+    chunks counted (a stream without usage, or cut off before it)."""
+    return requests[REQUEST.completion_tokens].fillna(requests[REQUEST.content_chunks])
+
+
 def failed(requests: pd.DataFrame) -> pd.DataFrame:
     """Requests that failed: an error other than the run's end cutting them off."""
     if REQUEST.error not in requests:
@@ -113,7 +119,7 @@ def window_completions(run: Run) -> pd.DataFrame:
         inside |= (end >= start) & (end <= stop)
     done = requests[inside]
     frame = pd.DataFrame({"end_s": end[inside],
-                          "tokens": done[REQUEST.completion_tokens].fillna(done[REQUEST.content_chunks])})
+                          "tokens": output_tokens(done)})
     return _with_ids(frame, run)[[*ID_COLUMNS, *COMPLETION_COLUMNS]]
 
 
