@@ -92,19 +92,26 @@ def vllm_level(a, c: int, out: Path) -> dict:
            "--seed", str(a.seed + c)]
     code, cpu_s, wall_s = run(cmd, d / "bench.log", 900)
     result = json.loads((d / "result.json").read_text())
-    order = np.argsort(result["start_times"]) if result.get("start_times") else np.arange(len(result["ttfts"]))
-    keep = [i for i in order[c:] if result["ttfts"][i] > 0]  # the first wave: warm-up
-    ttft = np.array([result["ttfts"][i] * 1000 for i in keep])
-    # vLLM's client takes the role-only first chunk as the first token; its first "ITL" is the gap
-    # from there to the first content: left out so both clients time the same gaps.
-    itl = np.concatenate([np.array(result["itls"][i][1:]) * 1000 for i in keep]) if keep else np.array([])
+    ttft, itl, kept = bench_samples(result, c)
     chunks = sum(len(x) for x in result["itls"])
-    return {"client": "vllm bench serve", "concurrency": c, "exit": code, "requests": len(keep),
+    return {"client": "vllm bench serve", "concurrency": c, "exit": code, "requests": kept,
             "failed": int(result.get("failed") or 0), **pcts(ttft, itl),
             "mean_input_tokens": float(result["total_input_tokens"]) / max(int(result["completed"]), 1),
             "output_tokens_per_s": float(result["output_throughput"]),
             "vllm_reported_p95_itl_ms": result.get("p95_itl_ms"), "vllm_reported_median_ttft_ms": result.get("median_ttft_ms"),
             "client_cpu_s": cpu_s, "wall_s": wall_s, "cpu_us_per_chunk": cpu_s / max(chunks, 1) * 1e6}
+
+
+def bench_samples(result: dict, skip: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """TTFT and ITL values (ms) of a ``bench serve`` result (``--save-detailed``) and how many
+    requests they come from, the first ``skip`` requests sent left out (a warm-up wave)."""
+    order = np.argsort(result["start_times"]) if result.get("start_times") else np.arange(len(result["ttfts"]))
+    keep = [i for i in order[skip:] if result["ttfts"][i] > 0]
+    ttft = np.array([result["ttfts"][i] * 1000 for i in keep])
+    # vLLM's client takes the role-only first chunk as the first token; its first "ITL" is the gap
+    # from there to the first content: left out so both clients time the same gaps.
+    itl = np.concatenate([np.array(result["itls"][i][1:]) * 1000 for i in keep]) if keep else np.array([])
+    return ttft, itl, len(keep)
 
 
 def pcts(ttft: np.ndarray, itl: np.ndarray) -> dict:

@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agreement import bench_samples  # noqa: E402  (the same rules as the agreement runs)
+
 METRICS = ("p50_ttft", "p95_ttft", "p50_itl", "p95_itl")
 
 
 def vllm_figures(result: dict, concurrency: int, skip_waves: int) -> dict:
-    order = np.argsort(result["start_times"])
-    keep = [i for i in order[skip_waves * concurrency:] if result["ttfts"][i] > 0]
-    ttft = np.array([result["ttfts"][i] * 1000 for i in keep])
-    itl = np.concatenate([np.array(result["itls"][i][1:]) * 1000 for i in keep]) if keep else np.array([])
-    return {"requests": len(keep), "p50_ttft": np.percentile(ttft, 50), "p95_ttft": np.percentile(ttft, 95),
+    ttft, itl, kept = bench_samples(result, skip_waves * concurrency)
+    return {"requests": kept, "p50_ttft": np.percentile(ttft, 50), "p95_ttft": np.percentile(ttft, 95),
             "p50_itl": np.percentile(itl, 50), "p95_itl": np.percentile(itl, 95)}
 
 

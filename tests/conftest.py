@@ -10,6 +10,7 @@ monkey.patch_all()
 
 import socket
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,20 @@ def processes(n: int) -> list[str]:
 def start_fake_server(*args: str):
     """The mock server in its own process: e2e tests, where its clock must not share our CPU."""
     return start_process(*args)
+
+
+@contextmanager
+def fake_servers(*speeds: dict):
+    """Mock servers in their own processes, one per ``speeds`` entry (``configure``'s keywords),
+    stopped on leaving the block."""
+    servers = [start_fake_server() for _ in speeds]
+    try:
+        for server, speed in zip(servers, speeds):
+            server.configure(**speed)
+        yield servers
+    finally:
+        for server in servers:
+            server.proc.terminate()
 
 
 @pytest.fixture(scope="session")

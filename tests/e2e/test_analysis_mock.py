@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import start_fake_server
+from tests.conftest import fake_servers, start_fake_server
 
 ROOT = Path(__file__).resolve().parents[2]
 LOAD = ["--", "--max-tokens", "10", "--prompt-tokens", "32", "--prompt-pool", "8"]
@@ -28,15 +28,9 @@ def analyse(*args):
 @pytest.fixture(scope="module")
 def two_speeds(tmp_path_factory):
     out = tmp_path_factory.mktemp("speeds")
-    slow, fast = start_fake_server(), start_fake_server()
-    try:
-        slow.configure(ttft_ms=120, itl_ms=12, tokens=10)
-        fast.configure(ttft_ms=40, itl_ms=4, tokens=10)
+    with fake_servers(dict(ttft_ms=120, itl_ms=12, tokens=10), dict(ttft_ms=40, itl_ms=4, tokens=10)) as (slow, fast):
         sweep(slow.url, "baseline", out)
         sweep(fast.url, "fast", out)
-    finally:
-        for s in (slow, fast):
-            s.proc.terminate()
     return out
 
 

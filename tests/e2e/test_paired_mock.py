@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import start_fake_server
+from tests.conftest import fake_servers, start_fake_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,14 +24,8 @@ def locust(host, paired, samples, *extra, seconds=8):
 @pytest.fixture(scope="module")
 def paired_run(tmp_path_factory):
     samples = tmp_path_factory.mktemp("paired")
-    a, b = start_fake_server(), start_fake_server()
-    try:
-        a.configure(ttft_ms=50, itl_ms=5, tokens=10)
-        b.configure(ttft_ms=100, itl_ms=5, tokens=10)
+    with fake_servers(dict(ttft_ms=50, itl_ms=5, tokens=10), dict(ttft_ms=100, itl_ms=5, tokens=10)) as (a, b):
         proc = locust(a.url, b.url, samples)
-    finally:
-        for s in (a, b):
-            s.proc.terminate()
     assert proc.returncode == 0, proc.stderr[-2000:]
     return samples
 
