@@ -16,6 +16,7 @@ from pathlib import Path
 
 from vllm_locust.schema import IDS, SUMMARY, level_name, pct_col, write_atomic
 
+from .advice import client_lag_advice
 from .attribution import attribution_table
 from .benchjson import export_runs, import_specs
 from .checklist import checklist
@@ -68,28 +69,34 @@ def pick_baseline(profiles: list[str], wanted: str | None) -> str:
 
 
 def main(argv=None) -> int:
+    """Bad input anywhere (an option, a damaged run file: ``load.BadRunFile``) is one line on stderr
+    and exit 2, caught here once; exit 1 is kept for a gate that failed."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        try:
-            slo = parse_slo(args.slo)
-        except ValueError as err:
-            raise AnalysisError(str(err)) from None
-        if args.rule == "goodput" and slo is None:
-            raise AnalysisError("--rule goodput needs --slo, e.g. --slo ttft:500,itl:50")
-        imported = import_specs(args.import_bench)
-        runs = load_runs(args.runs_dir, allow_empty=bool(imported)) + imported
-        if any(is_paired(r) for r in runs):
-            raise AnalysisError(f"{args.runs_dir}: a paired run (--paired-host): its two servers' requests are "
-                                f"compared pair by pair with python -m analysis.paired {args.runs_dir}")
-        check_same_workload(runs)
-        model_note = check_same_model(runs, args.allow_model_mismatch)
-        samples, requests, run_frame = runs_per_run(runs, slo, args.max_client_lag_ms)
-        if samples.empty:
-            raise AnalysisError(f"{args.runs_dir}: no measured samples (was every run all warm-up?)")
-        baseline = pick_baseline(sorted(samples[IDS.profile].unique()), args.baseline)
+        return analyse(args)
     except AnalysisError as err:
         print(f"analysis: {err}", file=sys.stderr)
         return 2
+
+
+def analyse(args) -> int:
+    try:
+        slo = parse_slo(args.slo)
+    except ValueError as err:
+        raise AnalysisError(str(err)) from None
+    if args.rule == "goodput" and slo is None:
+        raise AnalysisError("--rule goodput needs --slo, e.g. --slo ttft:500,itl:50")
+    imported = import_specs(args.import_bench)
+    runs = load_runs(args.runs_dir, allow_empty=bool(imported)) + imported
+    if any(is_paired(r) for r in runs):
+        raise AnalysisError(f"{args.runs_dir}: a paired run (--paired-host): its two servers' requests are "
+                            f"compared pair by pair with python -m analysis.paired {args.runs_dir}")
+    check_same_workload(runs)
+    model_note = check_same_model(runs, args.allow_model_mismatch)
+    samples, requests, run_frame = runs_per_run(runs, slo, args.max_client_lag_ms)
+    if samples.empty:
+        raise AnalysisError(f"{args.runs_dir}: no measured samples (was every run all warm-up?)")
+    baseline = pick_baseline(sorted(samples[IDS.profile].unique()), args.baseline)
     rule = Rule(max_throughput_drop_pct=args.max_throughput_drop, bootstrap=args.bootstrap, seed=args.seed,
                 slo=slo, on=args.rule)
     summary = summarize(samples, requests, run_frame, slo, args.max_send_lateness_ms)
@@ -105,11 +112,12 @@ def main(argv=None) -> int:
     write_atomic(out / "comparison.csv", comparison.to_csv(index=False))
     write_atomic(out / "verdict.csv", per_level.to_csv(index=False))
     write_atomic(out / "failures.csv", failure_table(requests).to_csv(index=False))
+    server = tidy_server(runs)
     md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
-                             overall=result, attribution=attribution_table(summary), checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
-                             samples=samples, server=tidy_server(runs), runs=run_frame, rule=rule, untrusted=untrusted,
+                             overall=result, attribution=attribution_table(summary, server), checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
+                             samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted,
                              markers=tidy_markers(runs), extra_notes=[model_note] if model_note else [],
-                             failed=failed)
+                             failed=failed, max_client_lag_ms=args.max_client_lag_ms)
     for row in failed.itertuples():
         print(f"failed run (left out): {row.run}: {row.reason}")
     for profile, verdict in sorted(result.items()):
@@ -120,7 +128,8 @@ def main(argv=None) -> int:
     for row in late.itertuples():
         print(f"untrusted: {row.profile} {level_name(row.request_rate, row.concurrency)}: client event-loop lag p99 "
               f"{row.client_loop_lag_p99_ms:.2f} ms > {args.max_client_lag_ms:g} ms: its TTFT/ITL include the client's "
-              f"own lateness (add --workers)")
+              f"own lateness; "
+              + client_lag_advice(row.client_loop_lag_p99_ms, row.client_cpu_max_pct, args.max_client_lag_ms))
     short = summary[summary[SUMMARY.load_delivered] == False]  # noqa: E712
     for row in short.itertuples():
         print(f"load not delivered: {row.profile} {level_name(row.request_rate, row.concurrency)}: send lateness p99 "

@@ -6,14 +6,40 @@ import math
 
 import pandas as pd
 
-from vllm_locust.schema import SUMMARY
+from vllm_locust.schema import SERVER, SUMMARY, VLLM
 
 
 def _fmt(x: float, unit: str = " ms") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}{unit}"
 
 
-def attribute(row: pd.Series) -> str:
+def waiting_gauge(waiting: float, seen_max: float | None, queue_ms: float) -> str:
+    """What the waiting gauge says at this level. "Not measured" only when it read 0 in every
+    scrape of the label (``seen_max``, the gauge's maximum over its whole recording) while vLLM's
+    queue-time histogram says requests did queue: a gauge that read 4 elsewhere in the run works."""
+    if waiting is None or (isinstance(waiting, float) and math.isnan(waiting)):
+        return "no waiting gauge in /metrics"
+    if waiting > 0:
+        return f"up to {waiting:.0f} waiting"
+    if seen_max is not None and not math.isnan(seen_max) and seen_max > 0:
+        return f"none waiting in the measured window; the gauge read up to {seen_max:.0f} elsewhere in the run"
+    if queue_ms is not None and not math.isnan(queue_ms) and queue_ms >= QUEUED_MS:
+        return "the waiting gauge read 0 throughout, which this build does not measure"
+    return "none waiting"
+
+
+QUEUED_MS = 1.0  # a mean queue time at or above this: requests did wait, whatever the gauge says
+
+
+def waiting_seen(server: pd.DataFrame | None) -> dict[str, float]:
+    """Label -> the waiting gauge's maximum over every scrape of its runs (the tidy server frame)."""
+    if server is None or server.empty or SERVER.name not in server:
+        return {}
+    rows = server[server[SERVER.name] == VLLM.waiting]
+    return {str(p): float(g[SERVER.value].max()) for p, g in rows.groupby("profile")}
+
+
+def attribute(row: pd.Series, seen_max: float | None = None) -> str:
     """One sentence for one summary row (a profile at a load level): the largest of the parts of
     the client's mean TTFT it can measure: waiting in vLLM's queue, prefill, or time outside the
     engine (client mean TTFT minus vLLM's own TTFT mean: HTTP, tokenization, streaming, network,
@@ -25,8 +51,7 @@ def attribute(row: pd.Series) -> str:
         return "no server-side queue/prefill histograms in /metrics: cannot attribute"
     server_ttft = row.get(SUMMARY.server_ttft_mean_ms, float("nan"))
     outside = row[SUMMARY.mean_ttft_ms] - server_ttft if not math.isnan(server_ttft) else float("nan")
-    gauge = (f"up to {waiting:.0f} waiting" if (waiting or 0) > 0 else
-             "the waiting gauge read 0, which this build does not measure")
+    gauge = waiting_gauge(waiting, seen_max, queue)
     parts_ms = {"queueing": queue, "prefill": prefill, "outside the engine": outside if not math.isnan(outside) else -1.0}
     source = max(parts_ms, key=parts_ms.get)
     detail = (f"{_fmt(queue)} in vLLM's queue ({gauge}), {_fmt(prefill)} of prefill"
@@ -43,5 +68,9 @@ def attribute(row: pd.Series) -> str:
     return "; ".join(parts) + "."
 
 
-def attribution_table(summary: pd.DataFrame) -> pd.DataFrame:
-    return summary.assign(source=summary.apply(attribute, axis=1))[[SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, "source"]]
+def attribution_table(summary: pd.DataFrame, server: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One sentence per summary row; ``server`` (the tidy server frame) says whether each label's
+    waiting gauge ever read above 0."""
+    seen = waiting_seen(server)
+    source = summary.apply(lambda r: attribute(r, seen.get(str(r[SUMMARY.profile]))), axis=1)
+    return summary.assign(source=source)[[SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, "source"]]

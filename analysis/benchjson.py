@@ -21,6 +21,7 @@ import pandas as pd
 from vllm_locust.schema import E2E, ITL, REQUEST, RUN, SAMPLE, TPOT, TTFT, write_atomic
 
 from .load import AnalysisError, Run
+from .validate import BadRunFile, check_fields
 from .tidy import measured, output_tokens, succeeded
 
 PERCENTILES = (50, 90, 95, 99)
@@ -89,6 +90,25 @@ def export_runs(runs: list[Run], out_dir: Path) -> list[Path]:
     return paths
 
 
+# The per-request lists ``bench_to_run`` reads, and what each entry must be.
+BENCH_LISTS = {"ttfts": "float | None", "itls": "list[float]", "latencies": "float | None", "errors": "str | None",
+               "output_lens": "int | None", "input_lens": "int | None", "start_times": "float | None"}
+
+
+def check_bench(data: dict, path: Path) -> None:
+    """``BadRunFile`` naming the field where a result's per-request lists are not lists of the
+    right things, or are shorter than ``ttfts`` (one entry per request)."""
+    n = len(data["ttfts"]) if isinstance(data["ttfts"], list) else 0
+    for key, annotation in BENCH_LISTS.items():
+        if data.get(key) is None and key not in ("ttfts", "itls", "latencies"):
+            continue
+        check_fields(data, {key: f"list[{annotation}]"}, path)
+        if key in ("itls", "latencies") and len(data[key]) < n:
+            raise BadRunFile(path, key, f"{len(data[key])} entries for {n} requests (ttfts)")
+    check_fields(data, {"request_rate": "float | str | None", "max_concurrency": "int | None", "duration": "float | None",
+                        "endpoint_type": "str | None", "model_id": "str | None"}, path)
+
+
 def bench_to_run(path: Path, label: str, repeat: int = 1) -> Run:
     """A ``bench serve`` result file as a run labelled ``label``: one request row per entry of
     ``ttfts``, a TTFT, an ITL per gap, an E2E and a TPOT sample per successful request."""
@@ -100,6 +120,7 @@ def bench_to_run(path: Path, label: str, repeat: int = 1) -> Run:
     except (KeyError, TypeError):
         raise AnalysisError(f"{path}: no per-request ttfts/itls/latencies (save it with vllm bench serve "
                             "--save-result --save-detailed)") from None
+    check_bench(data, path)
     n = len(ttfts)
     errors = list(data.get("errors") or [""] * n)
     outputs = list(data.get("output_lens") or [len(g) + 1 for g in itls])

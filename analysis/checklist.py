@@ -8,6 +8,7 @@ import numpy as np
 
 from vllm_locust.schema import IDS, PER_RUN, REQUEST
 
+from .advice import client_lag_advice
 from .load import Run
 from .server import increase
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, client_audit
@@ -17,7 +18,10 @@ from .tidy import failed, measured, succeeded
 def _max_model_len(run: Run) -> int | None:
     cmd = run.manifest.get("command", [])
     if "--max-model-len" in cmd:
-        return int(cmd[cmd.index("--max-model-len") + 1])
+        try:
+            return int(cmd[cmd.index("--max-model-len") + 1])
+        except (IndexError, ValueError):  # a command cut short, or a value like 32k: not known
+            return None
     return None
 
 
@@ -72,16 +76,17 @@ def checklist(runs: list[Run], requests: pd.DataFrame, max_client_lag_ms: float 
     repeats = sorted({int(r.record.get("repeat", 1)) for r in runs})
     items.append(("Three or more repeats per point", max(repeats) >= 3, f"{max(repeats)} repeat(s) per point"))
     audits = {r.run_key: client_audit(measured(r.client), max_client_lag_ms) for r in runs if not r.client.empty}
-    late = [f"{k} (loop lag p99 {a[PER_RUN.client_loop_lag_p99_ms]:.2f} ms)" for k, a in audits.items()
-            if a[PER_RUN.client_trusted] is False]
-    late += [f"{r.run_key} (Locust CPU warning)" for r in runs if _locust_cpu_warned(r)]
+    late = [f"{k} ({client_lag_advice(a[PER_RUN.client_loop_lag_p99_ms], a[PER_RUN.client_cpu_max_pct], max_client_lag_ms)})"
+            for k, a in audits.items() if a[PER_RUN.client_trusted] is False]
+    warned = [f"{r.run_key} (Locust CPU warning)" for r in runs if _locust_cpu_warned(r)]
+    late += warned
     unaudited = [r.run_key for r in runs if r.client.empty]
     items.append(("Load generator kept up (event-loop lag p99 within "
                   f"{max_client_lag_ms:g} ms, no Locust CPU warning)",
                   (not late) if not unaudited or late else None,
                   ("every run" if not late else
                    f"fell behind in {', '.join(late)}: chunks waited in the client, so its TTFT/ITL there are not "
-                   "the server's; rerun with more --workers")
+                   "the server's" + ("; where Locust warned of its CPU, rerun with more --workers" if warned else ""))
                   + (f"; no audit recorded in {', '.join(unaudited)}" if unaudited else "")))
     open_loop, short = _late_sends(requests, max_send_lateness_ms)
     if open_loop:

@@ -14,11 +14,21 @@ import pandas as pd
 
 from vllm_locust.schema import (CLIENT, CLIENT_PREFIX, FAILURE_RECORD, INCOMPLETE, LOAD_RECORD_PREFIX, MANIFEST,
                                 MEASURED, METRICS_CSV, OPTIONAL_REQUEST_COLUMNS, OPTIONAL_SAMPLE_COLUMNS, REQUEST,
-                                REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE, SAMPLES_PREFIX)
+                                REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE, SAMPLES_PREFIX, SERVER, ClientRow, FailureRecord,
+                                LoadRecord, Manifest, PhaseChange, RequestRow, RunRecord, SampleRow)
 
+from .validate import (AnalysisError, BadRunFile, annotations, check_csv, check_fields, check_items, empty_csv,  # noqa: F401
+                       numeric_columns)
 
-class AnalysisError(Exception):
-    """A problem with the input, in one line."""
+# What each JSON record's fields must be (from the schema's types), and its lists' entries.
+RUN_TYPES = annotations(RunRecord)
+LOAD_TYPES = annotations(LoadRecord)
+MANIFEST_TYPES = annotations(Manifest)
+FAILURE_TYPES = annotations(FailureRecord)
+PHASE_TYPES = annotations(PhaseChange)
+MARKER_TYPES = {"t_s": "float | None", "label": "str | int | float | None", "kind": "str | None"}
+WORKER_TYPES = {"worker_id": "str | int | None", "host": "str | None", "clock_offset_s": "float | None"}
+METRICS_NUMERIC = (SERVER.t_s, SERVER.value)
 
 
 @dataclass
@@ -56,13 +66,17 @@ def _read_csv(path: Path) -> pd.DataFrame:
         raise AnalysisError(f"{path}: not a readable CSV ({type(err).__name__}); move it away or delete it") from None
 
 
-def _read_many(files: list[Path], columns: tuple[str, ...] = ()) -> pd.DataFrame:
-    frames = [_read_csv(f) for f in files if f.stat().st_size > 0]
-    for f, frame in zip(files, frames):
-        missing = [c for c in columns if c not in frame.columns]
-        if missing and not frame.empty:
-            raise AnalysisError(f"{f}: missing column(s) {', '.join(missing)}: not a file this suite wrote")
-    frames = [f for f in frames if not f.empty]
+def _read_many(files: list[Path], row_type, optional: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Every file of one row type, checked (``validate.check_csv``) and concatenated."""
+    required = tuple(c for c in annotations(row_type) if c not in optional)
+    numeric = numeric_columns(row_type)
+    frames = []
+    for f in files:
+        if f.stat().st_size == 0:
+            raise empty_csv(f)
+        frame = _read_csv(f)
+        if not frame.empty:
+            frames.append(check_csv(frame, f, required, numeric))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -75,20 +89,22 @@ def _with_optional(frame: pd.DataFrame, optional: tuple[str, ...]) -> pd.DataFra
 
 def _read_raw(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     # Columns that came later (``schema.OPTIONAL_*``): runs recorded before them are read without.
-    samples = _read_many(sorted(directory.glob(f"{SAMPLES_PREFIX}*.csv")),
-                         tuple(c for c in SAMPLE if c not in OPTIONAL_SAMPLE_COLUMNS))
-    requests = _read_many(sorted(directory.glob(f"{REQUESTS_PREFIX}*.csv")),
-                          tuple(c for c in REQUEST if c not in OPTIONAL_REQUEST_COLUMNS))
+    samples = _read_many(sorted(directory.glob(f"{SAMPLES_PREFIX}*.csv")), SampleRow, OPTIONAL_SAMPLE_COLUMNS)
+    requests = _read_many(sorted(directory.glob(f"{REQUESTS_PREFIX}*.csv")), RequestRow, OPTIONAL_REQUEST_COLUMNS)
     return _with_optional(samples, OPTIONAL_SAMPLE_COLUMNS), _with_optional(requests, OPTIONAL_REQUEST_COLUMNS)
 
 
 def _read_client(directory: Path) -> pd.DataFrame:
-    return _read_many(sorted(directory.glob(f"{CLIENT_PREFIX}*.csv")), tuple(CLIENT))
+    return _read_many(sorted(directory.glob(f"{CLIENT_PREFIX}*.csv")), ClientRow)
 
 
 def _metrics(directory: Path) -> pd.DataFrame:
+    """The scraper's ``metrics.csv`` (0 bytes: it never got a scrape, so none)."""
     path = directory / METRICS_CSV
-    return _read_csv(path) if path.exists() and path.stat().st_size else pd.DataFrame()
+    if not (path.exists() and path.stat().st_size):
+        return pd.DataFrame()
+    frame = _read_csv(path)
+    return check_csv(frame, path, tuple(SERVER), METRICS_NUMERIC) if not frame.empty else frame
 
 
 def _json(path: Path) -> dict:
@@ -99,6 +115,24 @@ def _json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise AnalysisError(f"{path}: not a JSON object")
     return data
+
+
+def read_load_record(path: Path) -> dict:
+    """A ``loadrun-*.json``, its fields of the types the readers below rely on."""
+    record = _json(path)
+    check_fields(record, LOAD_TYPES, path)
+    check_items(record, "timeline", PHASE_TYPES, path, required=("t_s",))
+    check_items(record, "markers", MARKER_TYPES, path)
+    check_items(record, "workers", WORKER_TYPES, path)
+    check_fields(record.get("options") or {}, {"step_warmup": "float | None"}, path, "options.")
+    return record
+
+
+def read_run_record(path: Path) -> dict:
+    """A ``run.json``: the sweep's record of one finished run."""
+    record = _json(path)
+    check_fields(record, RUN_TYPES, path, required=(RUN.profile, RUN.concurrency, RUN.repeat))
+    return record
 
 
 def clock_offsets(load_record: dict) -> dict[str, float]:
@@ -123,10 +157,7 @@ def align_clocks(frame: pd.DataFrame, offsets: dict[str, float], columns: tuple[
 
 def read_run(directory: Path) -> Run:
     """A sweep run: ``run.json`` says its label, concurrency and repeat."""
-    record = _json(directory / RUN_RECORD)
-    for key in (RUN.profile, RUN.concurrency, RUN.repeat):
-        if key not in record:
-            raise AnalysisError(f"{directory / RUN_RECORD}: no {key!r}: not a run record of this suite")
+    record = read_run_record(directory / RUN_RECORD)
     samples, requests = _read_raw(directory)
     manifest = {}
     server_dir = Path(record.get(RUN.server_dir) or "")
@@ -135,7 +166,8 @@ def read_run(directory: Path) -> Run:
         server_dir = directory.parent.parent / server_dir.name
     if (server_dir / MANIFEST).exists():
         manifest = _json(server_dir / MANIFEST)
-    loads = [_json(path) for path in sorted(directory.glob(f"{LOAD_RECORD_PREFIX}*.json"))]
+        check_fields(manifest, MANIFEST_TYPES, server_dir / MANIFEST)
+    loads = [read_load_record(path) for path in sorted(directory.glob(f"{LOAD_RECORD_PREFIX}*.json"))]
     offsets = {k: v for load in loads for k, v in clock_offsets(load).items()}
     samples = align_clocks(samples, offsets, (SAMPLE.t_s,))
     requests = align_clocks(requests, offsets, (REQUEST.sent_at_s,))
@@ -168,7 +200,7 @@ def read_recording(directory: Path, label: str) -> list[Run]:
         return []
     records = {}
     for path in directory.glob(f"{LOAD_RECORD_PREFIX}*.json"):
-        record = _json(path)
+        record = read_load_record(path)
         records[str(record.get("run_id"))] = record
     samples = samples[samples[SAMPLE.concurrency].notna()]  # a ramp before spawning completed has none
     runs, repeats = [], {}
@@ -214,6 +246,7 @@ def failed_runs(runs_dir: str | Path) -> pd.DataFrame:
             continue
         try:
             record = _json(path)
+            check_fields(record, FAILURE_TYPES, path)
         except AnalysisError:
             continue
         tail = [line for line in record.get("server_log_tail") or [] if line.strip()]

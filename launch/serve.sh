@@ -8,6 +8,27 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
+usage() {
+  cat <<EOF
+Usage: bash launch/serve.sh PROFILE [--dry-run | --check | --sweep-settings] [--run-dir DIR]
+
+Start vLLM with a profile, wait until it is healthy, smoke-test it, and keep it up until Ctrl-C.
+
+  --dry-run         print the exact command line and exit
+  --check           check every flag against the installed vLLM's parser and exit
+  --sweep-settings  print the profile's sweep.NAME=value lines (for launch/sweep.py) and exit
+  --run-dir DIR     where server.log and manifest.json go (default runs/serve-PROFILE-TIME)
+  -h, --help        this text
+
+Profiles (profiles/NAME.conf):
+$(list_profiles | sed 's/,/, /g' | fold -s -w 94 | sed 's/^/  /; s/ *$//')
+
+Environment: MODEL (the model path or name), SERVED_MODEL_NAME, TP (tensor parallel size),
+HOST (default 127.0.0.1), PORT (default 8000), SERVER_CPUS (a taskset CPU list for vLLM),
+HEALTH_TIMEOUT (seconds, default 600), VLLM_PYTHON (the vLLM interpreter), OPENAI_API_KEY.
+EOF
+}
+
 profile= dry_run= check_only= run_dir= sweep_settings=
 while (( $# )); do
   case "$1" in
@@ -15,13 +36,13 @@ while (( $# )); do
     --check) check_only=1 ;;
     --sweep-settings) sweep_settings=1 ;;
     --run-dir) run_dir=${2:?--run-dir needs a directory}; shift ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) [[ -z "$profile" ]] || die "one profile at a time"; profile=$1 ;;
   esac
   shift
 done
-[[ -n "$profile" ]] || die "usage: serve.sh PROFILE [--dry-run] [--check]; profiles: $(list_profiles)"
+[[ -n "$profile" ]] || die "usage: serve.sh PROFILE [--dry-run] [--check] (--help for more); profiles: $(list_profiles)"
 
 if [[ -n "$sweep_settings" ]]; then
   read_profile "$profile"

@@ -20,8 +20,10 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -74,21 +76,44 @@ def split_locust_args(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:i], argv[i + 1:]
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    argv, locust_args = split_locust_args(argv)
-    p = argparse.ArgumentParser(prog="launch/sweep.sh", description=__doc__.splitlines()[0])
-    p.add_argument("--profiles", default="")
-    p.add_argument("--concurrency", default="32,64,128")
+DESCRIPTION = ("The experiment matrix: for each profile (or one running server, --external-url), and each "
+               "load level and repeat, reset the prefix cache, warm up, load the server with Locust headless, "
+               "scrape its /metrics all along, and keep everything under --out. A run with run.json is "
+               "done and never rerun: rerun the same command to resume.")
+
+EPILOG = """Locust's options go after --, e.g. the workload:
+  launch/sweep.sh --profiles baseline-cpu,optimized-cpu --concurrency 32,64,128 --warmup 30 \\
+      --duration 120 --repeats 3 --out runs/NAME -- --max-tokens 256 --prompt-tokens 1024
+  launch/sweep.sh --external-url http://127.0.0.1:8000 --label NAME --out runs/NAME
+  launch/sweep.sh --profiles baseline --request-rate 1,2,4,8 --max-concurrency 256 --out runs/NAME
+Profiles are the profiles/*.conf files (bash launch/serve.sh --help lists them); the key is read
+from OPENAI_API_KEY (or --api-key after --, which is taken out of every command line).
+Layout: OUT/<label>/c<C>/r<R>/ (open loop: OUT/<label>/rate<X>/r<R>/), each with run.json or
+failed.json, the raw samples, Locust's CSVs and log, and /metrics before, during and after.
+Exit codes: 0 every run done; 1 a run or server failed; 2 bad arguments."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="launch/sweep.sh", description=textwrap.fill(DESCRIPTION, 100), epilog=EPILOG,
+                                usage="launch/sweep.sh (--profiles A,B | --external-url URL --label NAME) --out DIR "
+                                      "[options] [-- LOCUST_OPTIONS...]",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profiles", default="",
+                   help="comma-separated profiles (profiles/NAME.conf): each gets its own vLLM, started by serve.sh")
+    p.add_argument("--concurrency", default="32,64,128",
+                   help="closed loop: concurrent streams (Locust users) per run, comma-separated (default 32,64,128)")
     p.add_argument("--request-rate", default="",
                    help="open loop: request rates to sweep instead of concurrencies, e.g. 1,2,4,8 (requests/s)")
     p.add_argument("--max-concurrency", type=int, default=256,
-                   help="open loop: the cap on requests in flight (Locust users) at every rate")
-    p.add_argument("--warmup", type=float, default=30.0, help="seconds of discarded warm-up per run")
-    p.add_argument("--duration", type=float, default=120.0, help="measured seconds per run")
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--out", required=True)
-    p.add_argument("--external-url", default="")
-    p.add_argument("--label", default="")
+                   help="open loop: the cap on requests in flight (Locust users) at every rate (default 256)")
+    p.add_argument("--warmup", type=float, default=30.0, help="seconds of discarded warm-up per run (default 30)")
+    p.add_argument("--duration", type=float, default=120.0, help="measured seconds per run (default 120)")
+    p.add_argument("--repeats", type=int, default=1, help="runs of every profile and level (default 1)")
+    p.add_argument("--out", required=True, help="directory of the sweep: every run, server log and manifest goes here")
+    p.add_argument("--external-url", default="",
+                   help="measure a server already running at this URL instead of starting profiles (needs --label)")
+    p.add_argument("--label", default="",
+                   help="with --external-url: the name its runs go under in --out (letters, digits, . _ -)")
     p.add_argument("--workers", type=workers_arg, default=0,
                    help="local Locust worker processes (0: one process; auto: from the expected chunk rate)")
     p.add_argument("--client-cpus", default=os.environ.get("CLIENT_CPUS", ""),
@@ -97,7 +122,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="with --workers auto: the fastest ITL the server may deliver (sets the chunk rate to plan for)")
     p.add_argument("--continue-on-error", action="store_true",
                    help="record a failed run or server and go on to the next run or profile")
-    p.add_argument("--health-timeout", type=float, default=float(os.environ.get("HEALTH_TIMEOUT", 600)))
+    p.add_argument("--health-timeout", type=float, default=float(os.environ.get("HEALTH_TIMEOUT", 600)),
+                   help="seconds a started vLLM has to answer /health (env HEALTH_TIMEOUT; default 600)")
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    argv, locust_args = split_locust_args(argv)
+    p = build_parser()
     args = p.parse_args(argv)
     args.locust_args, key = without_api_key(locust_args)
     if key:  # every child (serve.sh, prepare, Locust and its workers) reads it from there
@@ -157,6 +189,20 @@ def auto_workers(concurrency: int, expected_itl_ms: float, cpus: int) -> int:
     need = -(-int(rate) // CHUNKS_PER_PROCESS)
     workers = min(need, max(cpus - 1, 0))
     return workers if need > 1 and workers >= 2 else 0
+
+
+DEFAULT_RUN_OVERHEAD_S = 15.0  # around a run's warm-up and measured period, until one is measured
+
+
+def estimate_left_s(runs_left: int, planned_run_s: float, run_overheads_s, servers_left: int = 0,
+                    server_starts_s=()) -> float:
+    """Seconds the sweep has left: the plan's own length of each run left, plus the median
+    measured overhead around a run (Locust's start and stop, the cache reset, the snapshots), plus
+    the median measured server start for each server still to start. Elapsed over completed
+    runs, with a server's start of minutes in the elapsed, jumped 660 s, 1,668 s, 972 s."""
+    overhead = statistics.median(run_overheads_s) if len(run_overheads_s) else DEFAULT_RUN_OVERHEAD_S
+    starts = statistics.median(server_starts_s) if len(server_starts_s) else 0.0
+    return max(runs_left, 0) * (planned_run_s + overhead) + max(servers_left, 0) * starts
 
 
 @dataclass
@@ -259,6 +305,9 @@ class Sweep:
         self.done_runs = 0
         self.failed = 0
         self._auto_said: set = set()
+        self.labels_begun = 0  # labels whose server started (or was skipped, all its runs done)
+        self.server_starts_s: list[float] = []  # measured: vLLM's start to healthy, and the workload build
+        self.run_overheads_s: list[float] = []  # measured: a run's wall time beyond its warm-up and duration
 
     # -- bookkeeping --------------------------------------------------------------------------
     def run_dir(self, label: str, level: tuple, r: int) -> Path:
@@ -283,13 +332,24 @@ class Sweep:
         """``7 of 12``, or ``7`` in a search whose number of runs is not known ahead."""
         return f"{self.k}" if self.plan.open_ended else f"{self.k} of {self.plan.total}"
 
+    def label_begun(self, server_start_s: float | None) -> None:
+        """A label's server is up (``server_start_s``: how long that took; None: nothing started)."""
+        self.labels_begun += 1
+        if server_start_s is not None:
+            self.server_starts_s.append(server_start_s)
+
+    def run_finished(self, wall_s: float) -> None:
+        """A run took ``wall_s`` seconds: what it took beyond its plan is the overhead to expect."""
+        self.run_overheads_s.append(max(0.0, wall_s - self.args.warmup - self.args.duration))
+
     def progress(self, what: str) -> None:
         elapsed = time.time() - self.t0
         if self.plan.open_ended:
             log(f"run {self.counter()} ({what}): elapsed {elapsed:.0f}s")
             return
-        per = elapsed / self.done_runs if self.done_runs else self.args.warmup + self.args.duration + 15
-        left = (self.plan.total - self.k + 1) * per
+        servers_left = 0 if self.plan.external else len(self.plan.labels) - self.labels_begun
+        left = estimate_left_s(self.plan.total - self.k + 1, self.args.warmup + self.args.duration,
+                               self.run_overheads_s, servers_left, self.server_starts_s)
         log(f"run {self.counter()} ({what}): elapsed {elapsed:.0f}s, about {left:.0f}s left")
 
     def fail_run(self, directory: Path, label: str, level: tuple, r: int, reason: str, log_tail: list[str],
@@ -306,11 +366,13 @@ class Sweep:
     # -- the matrix ---------------------------------------------------------------------------
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
-        for label in self.plan.labels:
+        for i, label in enumerate(self.plan.labels):
+            self.labels_begun = max(self.labels_begun, i)  # those before, whether or not their server started
             todo = [(level, r) for level in self.plan.levels for r in range(1, self.plan.repeats + 1)
                     if not self.finished(self.run_dir(label, level, r))]
             if not todo:
                 self.k += len(self.plan.levels) * self.plan.repeats
+                self.label_begun(None)
                 log(f"{label}: all runs done, skipped")
                 continue
             try:
@@ -332,6 +394,7 @@ class Sweep:
         built: ``(url, server_dir, server or None, reset_prefix_cache)``; stopped after."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
         server: ServerProcess | None = None
+        begun_s = time.time()
         if self.plan.external:
             url = self.plan.external
             self.check_reachable(url)
@@ -349,6 +412,7 @@ class Sweep:
             reset_cache = sweep_settings(label).get("reset-prefix-cache", "true") == "true"
         try:
             self.prepare(url, label)
+            self.label_begun(time.time() - begun_s if server is not None else None)
             yield url, sdir, server, reset_cache
         finally:
             if server is not None:
@@ -409,6 +473,7 @@ class Sweep:
             directory.rename(directory.with_name(directory.name + INCOMPLETE + time.strftime("%Y%m%d-%H%M%S")))
         directory.mkdir(parents=True)
         self.progress(f"{label} {level_name(*level)} r={r}")
+        run_began_s = time.time()
         if reset_cache:
             self.reset_prefix_cache(url)
         snapshot(url, directory / METRICS_BEFORE, self.api_key)
@@ -421,6 +486,7 @@ class Sweep:
                 scraper.stop()
         snapshot(url, directory / METRICS_AFTER, self.api_key)
         self.done_runs += 1
+        self.run_finished(time.time() - run_began_s)
         if server is not None and not server.alive():
             self.fail_run(directory, label, level, r, "vLLM died during the run", server.log_tail(), rc, started_at)
             return

@@ -10,7 +10,9 @@ monkey.patch_all()
 
 import socket
 import sys
+import threading
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,35 @@ def fake_server_session():
 def fake_server(fake_server_session):
     fake_server_session.configure()
     return fake_server_session
+
+
+class _Recording(BaseHTTPRequestHandler):
+    """An attacker's server: answers as an OpenAI server would and records what reached it."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.server.seen.append((self.command, self.path, self.headers.get("Authorization")))
+        body = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+
+@contextmanager
+def recording_server():
+    """``(url, seen)``: a server on 127.0.0.1 whose ``seen`` lists (method, path, Authorization)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recording)
+    server.seen = []
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", server.seen
+    finally:
+        server.shutdown()
+        server.server_close()
+

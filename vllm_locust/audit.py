@@ -29,6 +29,23 @@ def overshoot_ms(asked_s: float, started_s: float, woke_s: float) -> float:
     return max(0.0, (woke_s - started_s - asked_s) * 1000.0)
 
 
+def in_processes(runner, options) -> bool:
+    """Whether this client already runs as several processes: a master or worker runner, or
+    ``--processes``/``--worker`` on its command line."""
+    from locust.runners import MasterRunner, WorkerRunner
+
+    return (isinstance(runner, (MasterRunner, WorkerRunner)) or bool(getattr(options, "processes", None))
+            or bool(getattr(options, "worker", False)) or bool(getattr(options, "master", False)))
+
+
+def lag_advice(several_processes: bool) -> str:
+    """What to do about a late event loop, given what is in use already (seen: "add --processes"
+    printed by a worker of ``--processes 2``)."""
+    if several_processes:
+        return "add more --processes or workers, or give the client its own cores"
+    return "add --processes N (or workers on other cores), or give the client its own cores"
+
+
 def cpu_pct(cpu_before_s: float, cpu_after_s: float, wall_before_s: float, wall_after_s: float) -> float:
     """This process's CPU share over a wall-clock interval, in percent of one core."""
     wall = wall_after_s - wall_before_s

@@ -1,33 +1,63 @@
-"""Locust's live statistics, fine enough for ITL: a bucketing with sub-millisecond steps.
+"""Locust's live statistics, fine enough for ITL and TTFT: buckets of relative precision.
 
 Locust keeps each stats entry as a histogram keyed by ``locust.stats.bucket_response_time``, which
-rounds to whole milliseconds below 100 ms: an ITL of 5.4 ms would show as 5, one of 0.3 ms as 0.
-Locust documents that function as the one to replace for custom bucketing. ``install()`` does
-that (every process runs it from the plugin's init, so the master and every worker agree), keeping
-three significant digits below 100 ms and Locust's own rounding above. Its ``--csv`` writer casts
-percentiles to ``int``; ``install()`` makes it keep three decimals, so the CSV shows what the
-histogram holds. The analysis never uses these buckets: it reads raw samples.
+rounds to whole milliseconds below 100 ms and to 10 ms above (an ITL of 0.3 ms showed as 0, a TTFT
+of 104 ms as 100). Locust documents that function as the one to replace for custom bucketing.
+``install()`` does that (every process runs it from the plugin's init, so the master and every
+worker agree), keeping three significant digits at every magnitude: each bucket within 0.5
+percent of the values in it. Locust clamps the median into the run's [min, max] but no other
+percentile, so a bucket just below the minimum put p95 under the median (median 100.24, p95 100);
+``install()`` clamps every percentile the same way, so p50 <= p95 <= p99 always. Its ``--csv``
+writer casts percentiles to ``int``; ``install()`` makes it keep three decimals, so the CSV shows
+what the histogram holds. The analysis never uses these buckets: it reads raw samples.
 ``requests_only_total`` makes Locust's total count requests (E2E), not every ITL gap.
 """
 
 from __future__ import annotations
 
+import math
+
 import locust.stats
 
 from .schema import E2E
 
+SIGNIFICANT_DIGITS = 3  # buckets of 0.1 to 1 percent of their value: 900 keys per decade at most
+
 LOCUST_BUCKET = locust.stats.bucket_response_time
+LOCUST_PERCENTILE = locust.stats.StatsEntry.get_response_time_percentile
+LOCUST_CURRENT_PERCENTILE = locust.stats.StatsEntry.get_current_response_time_percentile
+LOCUST_PERCENTILE_FIELDS = getattr(locust.stats.StatsCSV, "_percentile_fields", None)
 
 
 def fine_bucket(response_time: float) -> float:
-    """3 significant digits below 100 ms (0.001 ms steps under 1 ms), Locust's own above."""
-    if response_time < 1:
-        return round(response_time, 3)
-    if response_time < 10:
-        return round(response_time, 2)
-    if response_time < 100:
-        return round(response_time, 1)
-    return LOCUST_BUCKET(response_time)
+    """``response_time`` (ms) to 3 significant digits: 0.0123, 5.43, 104, 12300 (an int from
+    1,000 ms up); the bucket is within 0.5 percent of every value in it."""
+    if not (response_time > 0 and math.isfinite(response_time)):
+        return response_time
+    digits = SIGNIFICANT_DIGITS - 1 - math.floor(math.log10(response_time))
+    bucket = round(response_time, digits)
+    return int(bucket) if digits <= 0 else bucket
+
+
+def _clamped(self, value):
+    """``value`` within this entry's [min, max], as Locust does for the median only."""
+    if value is None:
+        return value
+    if value > self.max_response_time:
+        return self.max_response_time
+    if self.min_response_time is not None and value < self.min_response_time:
+        return self.min_response_time
+    return value
+
+
+def percentile(self, percent: float):
+    """``StatsEntry.get_response_time_percentile`` clamped like the median: never below p50."""
+    return _clamped(self, LOCUST_PERCENTILE(self, percent))
+
+
+def current_percentile(self, percent: float):
+    """``StatsEntry.get_current_response_time_percentile`` (the charts' window), clamped the same."""
+    return _clamped(self, LOCUST_CURRENT_PERCENTILE(self, percent))
 
 
 def _percentile_fields(self, stats_entry, use_current: bool = False):
@@ -56,6 +86,17 @@ def requests_only_total(stats) -> None:
 
 
 def install() -> None:
+    """Patch ``locust.stats`` for this process (idempotent); ``uninstall`` puts Locust's back."""
     locust.stats.bucket_response_time = fine_bucket
-    if hasattr(locust.stats.StatsCSV, "_percentile_fields"):
+    locust.stats.StatsEntry.get_response_time_percentile = percentile
+    locust.stats.StatsEntry.get_current_response_time_percentile = current_percentile
+    if LOCUST_PERCENTILE_FIELDS is not None:
         locust.stats.StatsCSV._percentile_fields = _percentile_fields
+
+
+def uninstall() -> None:
+    locust.stats.bucket_response_time = LOCUST_BUCKET
+    locust.stats.StatsEntry.get_response_time_percentile = LOCUST_PERCENTILE
+    locust.stats.StatsEntry.get_current_response_time_percentile = LOCUST_CURRENT_PERCENTILE
+    if LOCUST_PERCENTILE_FIELDS is not None:
+        locust.stats.StatsCSV._percentile_fields = LOCUST_PERCENTILE_FIELDS

@@ -9,6 +9,8 @@ import httpx2
 import openai
 import requests
 
+from . import bounds
+from .hosts import normalize_host
 from .stream import StreamError
 from .transport import LeanTransport
 from .wire import event_hooks
@@ -23,9 +25,8 @@ class ServerCheckError(Exception):
 
 
 def api_base(host: str) -> str:
-    """``http://h:p`` or ``http://h:p/v1`` -> ``http://h:p/v1``."""
-    host = (host or "").rstrip("/")
-    return host if host.endswith("/v1") else host + "/v1"
+    """``http://h:p`` or ``http://h:p/v1`` -> ``http://h:p/v1`` (``hosts.normalize_host``)."""
+    return normalize_host(host) + "/v1"
 
 
 def make_client(host: str, api_key: str, connect_timeout_s: float, read_timeout_s: float,
@@ -38,10 +39,12 @@ def make_client(host: str, api_key: str, connect_timeout_s: float, read_timeout_
     instead of the 20 ms of loading the certificate store. The wire hook stamps each request on
     its user's clock (see ``wire.py``). ``transport="lean"`` reads plain-HTTP responses with
     ``transport.LeanTransport`` (C parser, a fraction of the CPU per chunk); ``"httpx"`` and every
-    ``https://`` host use httpx's own.
+    ``https://`` host use httpx's own. Every request asks for identity encoding and every response
+    passes ``bounds.guard_response`` (no other encoding, capped non-stream bodies).
     """
     timeout = httpx2.Timeout(read_timeout_s, connect=connect_timeout_s)
-    settings = dict(timeout=timeout, event_hooks=event_hooks(), verify=tls if tls is not None else True)
+    hooks = {**event_hooks(), "response": [bounds.guard_response]}
+    settings = dict(timeout=timeout, event_hooks=hooks, verify=tls if tls is not None else True)
     if transport == "lean" and api_base(host).startswith("http://"):
         settings["transport"] = LeanTransport()
     return openai.OpenAI(
@@ -49,6 +52,7 @@ def make_client(host: str, api_key: str, connect_timeout_s: float, read_timeout_
         api_key=api_key or "EMPTY",
         max_retries=0,
         timeout=timeout,
+        default_headers=bounds.IDENTITY,
         http_client=openai.DefaultHttpxClient(**settings),
     )
 
@@ -74,20 +78,35 @@ def is_client_error(err: BaseException) -> bool:
     return not isinstance(err, SERVER_SIDE)
 
 
-def connection_refused(err: BaseException) -> bool:
-    """The server is not there (nothing listens, or the connection could not be opened): the
-    request never reached it. Not a timeout, not an error the server sent."""
-    if isinstance(err, openai.APITimeoutError):
-        return False
-    if isinstance(err, openai.APIConnectionError):
-        return True
+def _causes(err: BaseException):
+    """``err`` and what it was raised from, outermost first."""
     seen, cause = set(), err
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, (ConnectionRefusedError, httpx2.ConnectError)):
-            return True
+        yield cause
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
-    return False
+
+
+def connection_refused(err: BaseException) -> bool:
+    """The server is not there (nothing listens, or the connection could not be opened): the
+    request never reached it. Not a timeout, not an error the server sent, not a response that
+    did not parse (that server answered: counting it as refused had stopped a live run)."""
+    if isinstance(err, openai.APITimeoutError):
+        return False
+    return any(isinstance(cause, (ConnectionRefusedError, httpx2.ConnectError)) for cause in _causes(err))
+
+
+def bad_response(err: BaseException) -> str | None:
+    """What was wrong with a response the server sent (HTTP that does not parse, headers or a body
+    over the suite's bounds, an encoding it did not ask for), or None. A connection closed without
+    (the rest of) a response is not one: that is a connection failure."""
+    for cause in _causes(err):
+        if isinstance(cause, httpx2.ProtocolError):
+            text = str(cause)
+            if "closed" in text.lower() or "disconnected" in text.lower():
+                return None
+            return text or type(cause).__name__
+    return None
 
 
 MAX_RETRY_AFTER_S = 60.0
@@ -113,6 +132,9 @@ def describe_error(err: BaseException, read_timeout_s: float | None = None) -> s
         return f"HTTP {err.status_code}: {server_message(err.body) or err.message}{after}"
     if isinstance(err, (openai.APITimeoutError, httpx2.TimeoutException)):
         return f"timeout: no bytes for {read_timeout_s:g} s (--read-timeout)" if read_timeout_s else "timeout"
+    bad = bad_response(err)
+    if bad is not None:
+        return f"bad response: {bad}".splitlines()[0]
     if isinstance(err, openai.APIConnectionError):
         cause = err.__cause__ or err.__context__
         return f"connection failed: {type(cause).__name__ if cause else 'error'}: {cause or err}".splitlines()[0]
@@ -132,7 +154,8 @@ FAILURE_KINDS = (("HTTP 429", "http_429"), ("HTTP 4", "http_4xx"), ("HTTP 5", "h
                  ("connection failed", "connection"), ("connection lost mid-stream", "stream_cut"),
                  ("stream ended without", "stream_incomplete"), ("stream finished", "stream_incomplete"),
                  ("malformed chunk", "malformed_chunk"), ("server error in stream", "server_error_in_stream"),
-                 ("client error", "client_error"))
+                 ("bad response", "bad_response"), ("event over", "event_too_large"),
+                 ("server sent more than", "too_many_tokens"), ("client error", "client_error"))
 
 
 def failure_kind(message: str) -> str:
@@ -148,17 +171,17 @@ def serves_continuous_usage(host: str, api_key: str = "", timeout_s: float = 10.
     url = (host or "").rstrip("/").removesuffix("/v1") + "/version"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = requests.get(url, headers=headers, timeout=timeout_s)
+        response = bounds.get(url, headers, timeout_s)
         return response.status_code == 200 and "version" in response.json()
     except (requests.RequestException, ValueError, TypeError):
         return False
 
 
 def require_host(host: str | None) -> str:
-    """The host, or a one-line reason to stop."""
-    if not host:
+    """The host as the server's root (``http://h:p/v1`` -> ``http://h:p``), or a one-line reason to stop."""
+    if not normalize_host(host):
         raise ServerCheckError("no host: pass --host http://127.0.0.1:8000 (or set it in the web UI)")
-    return host
+    return normalize_host(host)
 
 
 def served_models(host: str, api_key: str = "", timeout_s: float = 10.0) -> list[str]:
@@ -166,7 +189,9 @@ def served_models(host: str, api_key: str = "", timeout_s: float = 10.0) -> list
     url = api_base(host) + "/models"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = requests.get(url, headers=headers, timeout=timeout_s)
+        response = bounds.get(url, headers, timeout_s)
+    except bounds.ResponseRefused as err:
+        raise ServerCheckError(f"GET {url}: {err}") from None
     except requests.RequestException as err:
         raise ServerCheckError(f"cannot reach {url}: {type(err).__name__}") from None
     if response.status_code != 200:

@@ -57,7 +57,7 @@ def context_key(environment) -> tuple:
 
 def build_context(environment) -> LoadContext:
     o = environment.parsed_options
-    host = require_host(environment.host)
+    host = require_host(environment.host)  # the server's root: ``http://h:p/v1`` is ``http://h:p``
     model = o.model or resolve_model(host, "", o.api_key)
     spec = workload_spec(o)
     counter = server_counter_or_none(host, model, o.api_key)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
+from .hosts import normalize_host
+
 TIMEOUT_S = 10.0
 NOT_ALLOWED = ("the server does not serve POST /reset_prefix_cache: vLLM serves it only when started with "
                "VLLM_SERVER_DEV_MODE=1")
@@ -14,7 +16,7 @@ def reset_prefix_cache(host: str, api_key: str = "") -> tuple[bool, str]:
     """``POST {host}/reset_prefix_cache`` (vLLM's route); ``(done, what happened in one line)``."""
     if not host:
         return False, "no --host: nothing to reset"
-    url = host.rstrip("/") + "/reset_prefix_cache"
+    url = normalize_host(host) + "/reset_prefix_cache"  # vLLM's route is at the root, not under /v1
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         with urllib.request.urlopen(urllib.request.Request(url, data=b"", headers=headers, method="POST"),

@@ -7,7 +7,11 @@ to ``<samples-dir>/metrics.csv`` (``schema.SERVER`` columns), so a run started f
 recorded like a sweep run and the analysis reads it, and is reduced to one row of the figures a
 person watches (``derive``), read by the web UI's routes (``webtab``): ``GET /server-metrics`` (JSON: the latest values under
 vLLM's metric names, and the recent history) and ``GET /server-metrics.csv`` (the series).
-A server without ``/metrics`` gets one warning and a ``notice`` in the JSON, never a crash.
+A server without ``/metrics`` gets one warning and a ``notice`` in the JSON, never a crash; a
+``metrics.csv`` that cannot be written (a full disk) stops the child, which tells its parent one
+line (exit code ``WRITE_FAILED``, the line on its stdout) and the parent stops the run. The child
+exits when its parent dies, however it dies (``orphan``), and gets only absolute paths, so the
+user's cwd, not the child's, decides where a relative ``--samples-dir`` is.
 Options: ``--metrics-url`` (default: ``--host``), ``--metrics-interval`` (seconds; 0: off).
 """
 
@@ -16,22 +20,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from pathlib import Path
 
 from . import scraper
+from .hosts import normalize_host
+from .orphan import watch_parent
 from .schema import METRICS_CSV, SERVER, VLLM
+from .wholelines import AppendFile, describe
 
 HISTORY = 3600  # scrapes kept for the web UI (an hour at 1 s)
 STATUS_JSON, SERIES_CSV = "server-metrics.json", "server-metrics.csv"
 ROOT = Path(__file__).resolve().parents[1]
+WRITE_FAILED = 3  # the child's exit code when metrics.csv could not be written
 
 # Gauges, shown as they are (summed over label sets: one value per server).
 GAUGES = {"num_requests_running": VLLM.running, "num_requests_waiting": VLLM.waiting,
@@ -81,7 +91,7 @@ class Scrapes:
     """The scraper's state in its own process: the history of derived rows and the notice."""
 
     def __init__(self, url: str, api_key: str = ""):
-        self.url, self.api_key = url.rstrip("/"), api_key
+        self.url, self.api_key = normalize_host(url), api_key
         self.history: deque[dict] = deque(maxlen=HISTORY)
         self.notice = ""
         self.gauges_unmeasured = False  # the scheduler gauges read 0 while tokens flow
@@ -110,39 +120,65 @@ class Scrapes:
 
 
 def append_rows(path: str, rows: list[dict], fields) -> None:
-    new = not os.path.exists(path) or os.path.getsize(path) == 0
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=tuple(fields))
-        if new:
+    """One scrape's rows, appended as one whole piece (with the header in a new file)."""
+    f = AppendFile(path)
+    try:
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=tuple(fields))
+        if f.size == 0:
             writer.writeheader()
         writer.writerows(rows)
+        f.write(text.getvalue())
+    finally:
+        f.close()
 
 
-def scrape_forever(url: str, interval_s: float, out_dir: str, samples_dir: str | None, api_key: str = "") -> None:
+def write_failed_line(path: str, err: OSError) -> str:
+    return f"samples: cannot write {path}: {describe(err)}; stopping the run (what was written is kept)"
+
+
+def scrape_forever(url: str, interval_s: float, out_dir: str, samples_dir: str | None, api_key: str = "",
+                   stop: threading.Event | None = None) -> str | None:
     """The scraper process: every ``interval_s``, tidy rows to ``samples_dir/metrics.csv``, the
-    derived row to ``out_dir/server-metrics.csv``, the status (JSON) to ``out_dir/server-metrics.json``."""
-    scrapes, failed = Scrapes(url, api_key), False
+    derived row to ``out_dir/server-metrics.csv``, the status (JSON) to ``out_dir/server-metrics.json``.
+    Runs until ``stop``; returns the line that says why when ``metrics.csv`` cannot be written."""
+    stop = stop or threading.Event()
+    scrapes, failed, quiet = Scrapes(url, api_key), False, False
     status_path = os.path.join(out_dir, STATUS_JSON)
     next_at = time.time()
-    while True:
+    while not stop.is_set():
         try:
             rows = scrapes.scrape_once()
-            if samples_dir:
-                append_rows(os.path.join(samples_dir, METRICS_CSV), rows, SERVER)
-            append_rows(os.path.join(out_dir, SERIES_CSV), [scrapes.history[-1]], FIELDS)
-            if failed:
-                failed, scrapes.notice = False, ""
         except Exception as err:  # noqa: BLE001 - any failure of the target's /metrics is a notice
+            rows = None
             if not failed:
                 failed = True
                 scrapes.notice = f"cannot read {scrapes.url}/metrics ({type(err).__name__}): no server-side figures"
                 print(f"live_metrics: {scrapes.notice}", file=sys.stderr, flush=True)
-        tmp = status_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(scrapes.status(), f)
-        os.replace(tmp, status_path)
+        if rows is not None:
+            if failed:
+                failed, scrapes.notice = False, ""
+            if samples_dir:
+                path = os.path.join(samples_dir, METRICS_CSV)
+                try:
+                    append_rows(path, rows, SERVER)
+                except OSError as err:
+                    return write_failed_line(path, err)
+        try:  # the web UI's copy (a temporary directory): without it the tab shows less, the run goes on
+            if rows is not None:
+                append_rows(os.path.join(out_dir, SERIES_CSV), [scrapes.history[-1]], FIELDS)
+            tmp = status_path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(scrapes.status(), f)
+            os.replace(tmp, status_path)
+        except OSError as err:
+            if not quiet:
+                quiet = True
+                print(f"live_metrics: cannot write the web UI's copy in {out_dir}: {describe(err)}", file=sys.stderr,
+                      flush=True)
         next_at += interval_s
-        time.sleep(max(0.0, next_at - time.time()))
+        stop.wait(max(0.0, next_at - time.time()))
+    return None
 
 
 class LiveMetrics:
@@ -150,11 +186,12 @@ class LiveMetrics:
     /metrics (hundreds of series) takes milliseconds of CPU, and in a local run the same event
     loop stamps the chunks. ``start`` at test start, ``stop`` at test stop; the routes read its files."""
 
-    def __init__(self):
+    def __init__(self, on_write_failure=None):
         self.notice = ""
         self.url = ""
         self.dir: str | None = None  # the child's status files, made at the first start
         self._proc: subprocess.Popen | None = None
+        self.on_write_failure = on_write_failure  # gets the child's one line when metrics.csv cannot be written
 
     def start(self, url: str, interval_s: float, samples_dir: str | None, api_key: str = "") -> None:
         self.stop()
@@ -165,22 +202,45 @@ class LiveMetrics:
         if interval_s <= 0 or not url:
             self.notice = "server metrics off (--metrics-interval 0)" if interval_s <= 0 else "no --host to scrape"
             return
-        self.url, self.notice = url.rstrip("/"), ""
+        self.url, self.notice = normalize_host(url), ""
         if samples_dir:
+            samples_dir = os.path.abspath(samples_dir)  # the user's cwd decides, not the child's
             os.makedirs(samples_dir, exist_ok=True)
         cmd = [sys.executable, "-m", "vllm_locust.live_metrics", self.url, "--interval", f"{interval_s:g}",
-               "--out-dir", self.dir, *(["--samples-dir", samples_dir] if samples_dir else [])]
+               "--out-dir", os.path.abspath(self.dir), *(["--samples-dir", samples_dir] if samples_dir else [])]
         env = dict(os.environ, VLLM_LOCUST_METRICS_KEY=api_key)  # never on a command line
-        self._proc = subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL)
+        # stdin: a pipe the child reads to EOF, which comes when this process dies, however it dies.
+        # stdout: the child's one line when it cannot write metrics.csv.
+        self._proc = subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        threading.Thread(target=self._watch, args=(self._proc,), name="live-metrics-watch", daemon=True).start()
+
+    def _watch(self, proc: subprocess.Popen) -> None:
+        """Wait for the child; when it stopped because it could not write, say so (once) to
+        ``on_write_failure``, which stops the run."""
+        code = proc.wait()
+        if code != WRITE_FAILED or proc is not self._proc:
+            return  # stopped by ``stop``, or by the signal of a dying run
+        try:
+            line = proc.stdout.read().decode(errors="replace").strip()
+        except (OSError, ValueError):
+            line = ""
+        self.notice = line or "samples: cannot write metrics.csv; stopping the run"
+        if self.on_write_failure is not None:
+            self.on_write_failure(self.notice)
+        else:
+            print(self.notice, file=sys.stderr, flush=True)
 
     def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout):
+                with contextlib.suppress(OSError, ValueError):
+                    pipe.close()
+            proc.terminate()
             try:
-                self._proc.wait(timeout=10)
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self._proc.kill()
-            self._proc = None
+                proc.kill()
 
     def as_json(self) -> str:
         try:
@@ -205,11 +265,17 @@ def main() -> None:
     p.add_argument("--out-dir", required=True)
     p.add_argument("--samples-dir", default="")
     a = p.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    watch_parent(stop, a.interval, pipe_fd=sys.stdin.fileno())  # exits with its parent
     try:
-        scrape_forever(a.url, a.interval, a.out_dir, a.samples_dir or None, os.environ.get("VLLM_LOCUST_METRICS_KEY", ""))
+        line = scrape_forever(a.url, a.interval, a.out_dir, a.samples_dir or None,
+                              os.environ.get("VLLM_LOCUST_METRICS_KEY", ""), stop)
     except KeyboardInterrupt:
-        pass
+        return
+    if line:
+        print(line, flush=True)  # to the parent (``LiveMetrics._watch``), which says it once
+        sys.exit(WRITE_FAILED)
 
 
 if __name__ == "__main__":

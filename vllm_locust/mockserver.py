@@ -18,8 +18,20 @@ it serves ``GET /version``, ``GET /metrics`` (``mockmetrics``: vLLM's names, mov
 Modes: ``ok``, ``malformed`` (a non-JSON chunk after two tokens), ``nofinish`` (stream ends after
 two tokens without a finish reason), ``die`` (connection closed after two tokens), ``error``
 (an in-stream error event after two tokens, as vLLM sends when its engine dies), ``shape`` (a
-chunk whose ``choices`` is not a list), and before any response: ``http500``, ``http429`` (with
+chunk whose ``choices`` is not a list), and before any response: ``http500``, ``http500-every-other``
+(every second completion request, the first included, a 500: a known failure share), ``http429`` (with
 ``Retry-After: retry_after_s``), ``reset`` (connection closed), ``hang`` (never answers for ``hang_s``).
+
+Hostile modes (``hostile``, ``--hostile MODE``; none by default), one per attack a server can make
+on the client: ``huge-event`` (the first content chunk carries ``hostile_bytes`` of text),
+``gzip`` (the stream gzip-compressed when the request accepts gzip, as a compressing proxy does),
+``gzip-always`` (compressed whatever the request asked), ``gzip-bomb-models`` (``GET /v1/models``
+is ``hostile_bytes`` of zeros, gzip-compressed), ``huge-headers`` (``hostile_bytes`` of response
+headers), ``no-finish`` (``hostile_chunks`` content chunks whatever ``max_tokens`` said, none with
+a finish reason), ``bad-chunk-size`` (an invalid chunk size in the same write as the headers),
+``drip`` (one byte of an event that never ends every ``drip_ms``). ``max_model_len`` (0: not
+listed) is listed in ``GET /v1/models`` as vLLM lists it. Every request's ``Accept-Encoding`` is
+logged (``GET /_log``: ``accept_encoding``).
 
 Run: ``python -m vllm_locust.mockserver --port 0 --ttft-ms 100 --itl-ms 5`` prints ``PORT <n>`` once
 listening (127.0.0.1 only); ``start_process()`` does that and returns a ``MockServer`` handle;
@@ -29,6 +41,7 @@ listening (127.0.0.1 only); ``start_process()`` does that and returns a ``MockSe
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import subprocess
@@ -36,13 +49,20 @@ import sys
 import threading
 import time
 import urllib.request
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from .mockmetrics import MockMetrics
 
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
-          "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": ""}
+          "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
+          "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0}
+HOSTILE_MODES = ("huge-event", "gzip", "gzip-always", "gzip-bomb-models", "huge-headers", "no-finish", "bad-chunk-size",
+                 "drip")
+ENCODINGS: list[str] = []  # Accept-Encoding of every request since the last /_config
+COMPLETIONS = [0]  # completion requests since the last /_config, for http500-every-other
+_BOMBS: dict[int, bytes] = {}
 METRICS = MockMetrics()
 _SLOTS: dict = {"n": 0, "semaphore": None}
 _SLOTS_LOCK = threading.Lock()
@@ -114,14 +134,33 @@ class Handler(BaseHTTPRequestHandler):
         self._json(401, {"error": "Unauthorized"})
         return True
 
+    def gzip_bomb(self, size: int) -> None:
+        """``size`` zero bytes, gzip-compressed (about 1,000:1), sent whatever the client accepts."""
+        if size not in _BOMBS:
+            _BOMBS[size] = gzip.compress(bytes(size), compresslevel=9)
+        data = _BOMBS[size]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_GET(self):
+        self.log_encoding()
         if self.refused():
             return
         if self.path.rstrip("/") == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": CONFIG["model"], "object": "model"}]})
+            if CONFIG.get("hostile") == "gzip-bomb-models":
+                return self.gzip_bomb(int(CONFIG["hostile_bytes"]))
+            entry = {"id": CONFIG["model"], "object": "model"}
+            if CONFIG.get("max_model_len"):
+                entry["max_model_len"] = int(CONFIG["max_model_len"])  # as vLLM lists it
+            self._json(200, {"object": "list", "data": [entry]})
         elif self.path == "/_log":
             with LOG_LOCK:
-                self._json(200, {"requests": list(LOG), "prefix_cache_resets": METRICS.prefix_resets})
+                self._json(200, {"requests": list(LOG), "prefix_cache_resets": METRICS.prefix_resets,
+                                 "accept_encoding": list(ENCODINGS)})
         elif self.path == "/version":
             self._json(200, {"version": "mock"})
         elif self.path == "/health":
@@ -136,15 +175,23 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "NotFoundError", "code": 404}})
 
+    def log_encoding(self) -> None:
+        if not self.path.startswith("/_"):
+            with LOG_LOCK:
+                ENCODINGS.append(self.headers.get("Accept-Encoding", ""))
+
     def do_POST(self):
         recv = self.arrived
         body = self._body()
+        self.log_encoding()
         if self.refused():
             return
         if self.path == "/_config":
             CONFIG.update(body)
             with LOG_LOCK:
                 LOG.clear()
+                ENCODINGS.clear()
+                COMPLETIONS[0] = 0
                 EPOCH[0] += 1  # a stream still running from before this reset is not logged
             return self._json(200, CONFIG)
         if self.path == "/reset_prefix_cache" and CONFIG.get("reset_prefix_cache"):
@@ -155,6 +202,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
             return self._json(404, {"error": {"message": f"no route {self.path}", "code": 404}})
         fault = CONFIG["mode"]
+        if fault == "http500-every-other":
+            with LOG_LOCK:
+                COMPLETIONS[0] += 1
+                fault = "http500" if COMPLETIONS[0] % 2 == 1 else "ok"
         if fault == "http500":
             return self._json(500, {"error": {"message": "CUDA out of memory (mock)", "type": "InternalServerError", "code": 500}})
         if fault == "http429":
@@ -177,10 +228,40 @@ class Handler(BaseHTTPRequestHandler):
         if body.get("model") != CONFIG["model"]:
             return self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
                                               "type": "NotFoundError", "param": "model", "code": 404}})
+        hostile = CONFIG.get("hostile")
+        if hostile == "bad-chunk-size":  # the headers and a chunk size that is not hex, in one write
+            self.close_connection = True
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             b"zz\r\ndata: {}\r\n\r\n")
+            self.wfile.flush()
+            return
+        if hostile == "drip":
+            return self.drip()
         self.stream(body, recv, chat=self.path.endswith("chat/completions"))
+
+    def drip(self) -> None:
+        """An event that never ends, one byte every ``drip_ms``: never silent, so never a read timeout."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+        pause_s, left = float(CONFIG["drip_ms"]) / 1000.0, int(CONFIG["hostile_bytes"])
+        try:
+            self._chunk(b"data: ")
+            while left > 0:
+                time.sleep(pause_s)
+                self._chunk(b"x")
+                left -= 1
+        except OSError:
+            return  # the client hung up
+
+    _gzip = None  # a zlib compressor while a stream is sent gzip-compressed
 
     def _chunk(self, payload) -> float:
         data = payload if isinstance(payload, bytes) else f"data: {json.dumps(payload)}\n\n".encode()
+        if self._gzip is not None:
+            data = self._gzip.compress(data) + self._gzip.flush(zlib.Z_SYNC_FLUSH)
         frame = f"{len(data):x}\r\n".encode() + data + b"\r\n"
         sent = time.perf_counter()  # the instant the bytes are handed to the socket
         self.wfile.write(frame)
@@ -193,11 +274,22 @@ class Handler(BaseHTTPRequestHandler):
         continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
         prompt = json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True).encode()
         prompt_tokens = tokenize_count({k: v for k, v in body.items() if k in ("messages", "prompt")} | {"add_generation_prompt": True})
+        hostile = cfg.get("hostile") or ""
+        self._gzip = None
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
+        if hostile == "huge-headers":
+            line = "x" * 4000
+            for i in range(int(cfg["hostile_bytes"]) // 4000 + 1):
+                self.send_header(f"X-Junk-{i}", line)
+        if hostile == "gzip-always" or (hostile == "gzip" and "gzip" in self.headers.get("Accept-Encoding", "")):
+            self.send_header("Content-Encoding", "gzip")
+            self._gzip = zlib.compressobj(wbits=31)
         self.end_headers()
         kind = "chat.completion.chunk" if chat else "text_completion"
+        if hostile == "no-finish":
+            tokens = int(cfg["hostile_chunks"])  # whatever max_tokens said
 
         def choice(text, finish=None):
             if chat:
@@ -211,7 +303,7 @@ class Handler(BaseHTTPRequestHandler):
             return {**chunk, "usage": usage(done)} if continuous else chunk
 
         record = {"recv": recv, "sends": [], "role": None, "prompt_sha1": hashlib.sha1(prompt).hexdigest(),
-                  "client_port": self.client_address[1]}
+                  "client_port": self.client_address[1], "accept_encoding": self.headers.get("Accept-Encoding", "")}
         epoch = EPOCH[0]
         chunks = -(-tokens // per_chunk)
         slots = stream_slots(int(cfg.get("max_streams") or 0))
@@ -243,9 +335,11 @@ class Handler(BaseHTTPRequestHandler):
                 if i == 2 and cfg["mode"] == "error":
                     self._chunk({"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", "code": 500}})
                     break
-                finish = "length" if i == chunks - 1 else None
+                finish = "length" if i == chunks - 1 and hostile != "no-finish" else None
                 done = min(tokens, (i + 1) * per_chunk)
                 text = "".join(f" t{j}" for j in range(i * per_chunk, done))
+                if i == 0 and hostile == "huge-event":
+                    text = "x" * int(cfg["hostile_bytes"])
                 sent = self._chunk(with_usage({"id": "c", "object": kind, "choices": [choice(text, finish)]}, done))
                 record["sends"].append(sent)
                 METRICS.token(sent - last, i == 0, done - i * per_chunk)
@@ -253,6 +347,9 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._chunk({"id": "c", "object": kind, "choices": [], "usage": usage(tokens)})
             self._chunk(b"data: [DONE]\n\n")
+            if self._gzip is not None:
+                tail, self._gzip = self._gzip.flush(), None
+                self.wfile.write(f"{len(tail):x}\r\n".encode() + tail + b"\r\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         finally:
@@ -288,7 +385,8 @@ def serve(port: int = 0, reuse_port: bool = False, **config) -> Server:
 
 
 DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
-                  "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": ""}
+                  "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
+                  "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0}
 
 
 class MockServer:
@@ -312,6 +410,10 @@ class MockServer:
 
     def log(self) -> list[dict]:
         return self._call("/_log")["requests"]
+
+    def accept_encodings(self) -> list[str]:
+        """The ``Accept-Encoding`` of every request since the last ``configure`` (test routes aside)."""
+        return self._call("/_log")["accept_encoding"]
 
     def prefix_cache_resets(self) -> int:
         """How many times ``POST /reset_prefix_cache`` reached this server."""
@@ -352,9 +454,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--model", default="fake-model")
     parser.add_argument("--reuse-port", action="store_true", help="share --port with other mock processes")
+    parser.add_argument("--hostile", default="", choices=["", *HOSTILE_MODES],
+                        help="attack the client this way (see the module's docstring); default: none")
+    parser.add_argument("--hostile-bytes", type=int, default=4 << 20, help="size of the hostile mode's event, headers or bomb")
+    parser.add_argument("--max-model-len", type=int, default=0, help="list this max_model_len in /v1/models (0: none)")
     args = parser.parse_args()
     server = serve(args.port, args.reuse_port, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens,
-                   model=args.model)
+                   model=args.model, hostile=args.hostile, hostile_bytes=args.hostile_bytes,
+                   max_model_len=args.max_model_len)
     print(f"PORT {server.server_address[1]}", flush=True)
     try:
         server.serve_forever(poll_interval=0.05)

@@ -13,7 +13,7 @@ from .workloads import WORKLOADS, WorkloadSpec
 
 DEFAULT_CACHE_DIR = str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm_locust")
 
-SECRET_OPTIONS = frozenset({"api_key"})  # never written to a record, a log or the web UI's defaults
+SECRET_OPTIONS = frozenset({"api_key", "worker_token"})  # never written to a record, a log or the web UI's defaults
 
 OPTIONS = [
     # (flag, kwargs)
@@ -31,6 +31,9 @@ OPTIONS = [
                            help="Paired mode: send every request at the same instant to --host (target a) and to this "
                                 "server (target b), same prompt, each its own stream; python -m analysis.paired "
                                 "compares them pair by pair")),
+    ("--worker-token", dict(default="", env_var="LOCUST_WORKER_TOKEN", include_in_web_ui=False,
+                            help="Shared secret for a distributed run: the master writes rows only from workers "
+                                 "given the same token (set it on master and every worker; env LOCUST_WORKER_TOKEN)")),
     ("--worker-samples-dir", dict(default="", env_var="LOCUST_WORKER_SAMPLES_DIR", include_in_web_ui=False,
                                   help="A worker's own copy of its raw files (set on the worker); the master's "
                                        "--samples-dir gets every worker's rows either way")),
@@ -38,12 +41,16 @@ OPTIONS = [
                                     help="Stop the run (exit 2) when every request for this many seconds found no "
                                          "server (connection refused); 0: never. Users back off meanwhile")),
     ("--max-failure-ratio", dict(type=float, default=-1.0, env_var="LOCUST_MAX_FAILURE_RATIO",
-                                 help="Exit code 0 when at most this share of requests failed (0.01: 1%%), 1 above it "
-                                      "(one line says so); negative: Locust's own rule (1 on any failure)")),
+                                 help="Exit code 0 when at most this share of requests failed (0.01 means 1 "
+                                      "percent), 1 above it (one line says so); negative: Locust's own rule (1 on "
+                                      "any failure)")),
     ("--connect-timeout", dict(type=float, default=10.0, env_var="LOCUST_CONNECT_TIMEOUT",
                                help="Seconds to open a connection before the request fails")),
     ("--read-timeout", dict(type=float, default=600.0, env_var="LOCUST_READ_TIMEOUT",
                             help="Seconds to wait for the next bytes of a stream before it fails")),
+    ("--max-event-bytes", dict(type=int, default=1 << 20, env_var="LOCUST_MAX_EVENT_BYTES",
+                               help="Largest server-sent event a stream may carry, in bytes; a larger one fails the "
+                                    "request and closes its connection (a vLLM chunk is a few hundred bytes); 0: no limit")),
     ("--http-transport", dict(default="lean", choices=["lean", "httpx"], env_var="LOCUST_HTTP_TRANSPORT",
                               help="lean: read plain-HTTP streams with a C parser (about half the client CPU per "
                                    "chunk); httpx: the SDK's own transport (proxies; https always uses it)")),
@@ -92,8 +99,10 @@ OPTIONS = [
     ("--metrics-interval", dict(type=float, default=1.0, env_var="LOCUST_METRICS_INTERVAL",
                                 help="Seconds between /metrics scrapes; 0: off")),
     ("--request-rate", dict(default="", env_var="LOCUST_REQUEST_RATE",
-                            help="Open loop: requests/s over all workers together, e.g. 4; several (1,2,4,8) are "
-                                 "steps like --steps; empty: closed loop (users = concurrent streams)")),
+                            help="Open loop: requests/s over all workers together, e.g. 4 (with -u, the cap on "
+                                 "requests in flight, and -t; without either, one step of --step-warmup and "
+                                 "--step-duration); several (1,2,4,8) are steps like --steps; empty: closed loop "
+                                 "(users = concurrent streams)")),
     ("--burstiness", dict(type=float, default=1.0, env_var="LOCUST_BURSTINESS",
                           help="Open loop: gamma inter-arrivals as in vLLM's bench serve (1: Poisson; larger: "
                                "steadier; smaller: burstier)")),
@@ -101,8 +110,9 @@ OPTIONS = [
                          help="Open loop steps: ramp the rate linearly from each rate to the next over "
                               "--step-duration (after each step's warm-up) instead of holding it")),
     ("--max-concurrency", dict(type=int, default=256, env_var="LOCUST_MAX_CONCURRENCY",
-                               help="Open loop with rate steps: users, the cap on requests in flight; a request due "
-                                    "while all are busy waits (client queue time). Without steps: the user count")),
+                               help="Open loop with rate steps (or one rate without -u and -t): users, the cap on "
+                                    "requests in flight; a request due while all are busy waits (client queue time). "
+                                    "One rate with -u: -u is the cap")),
 ]
 
 
@@ -127,6 +137,9 @@ def add_options(parser) -> None:
     # Locust's web UI listens on every interface by default; a load tester's UI starts runs and
     # shows the target, so it listens on loopback unless --web-host (LOCUST_WEB_HOST) says otherwise.
     parser.set_defaults(web_host="127.0.0.1")
+    from .peers import bind_processes_to_loopback
+
+    bind_processes_to_loopback(parser)  # --processes: its master listens on 127.0.0.1, where its workers are
 
 
 def resolve_api_key(options) -> None:

@@ -30,18 +30,23 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from . import buckets, webtab
 from .arrivals import Segment, parse_rates
-from .audit import ClientAudit
+from .audit import ClientAudit, in_processes, lag_advice
 from .client import ServerCheckError, make_client, require_host, resolve_model
 from .context import LoadContext, build_context, context_key
 from .client_window import REPORT_KEY, ClientSeries, ClientWindow
+from .hosts import normalize_host
 from .live_metrics import LiveMetrics
+from .wholelines import describe as describe_write_error
+from .modelfit import fits_model
 from .webform import guard_swarm, option_errors
 from .options import SECRET_OPTIONS, STEP_OPTIONS, WEB_UI_HIDDEN, resolve_api_key
 from .outbox import REPORT_KEY as ROWS_KEY
 from .outbox import Outbox, write_received
 from .pacer import Pacer
+from .peers import PeerGuard
 from .recorder import SampleRecorder
 from .roster import WorkerRoster, worker_info
+from .verdict import nothing_completed
 from .schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, PhaseChange, load_record_file,
                      write_json_atomic)
 
@@ -86,6 +91,17 @@ def writable_dir(directory: str | None) -> str | None:
     except OSError as err:
         return f"--samples-dir {directory}: cannot write there ({err.strerror})"
     return None
+
+
+def normalize_hosts(environment) -> None:
+    """``--host``, ``--metrics-url`` and ``--paired-host`` as servers' roots (``http://h:p/v1`` is
+    ``http://h:p``): the client adds ``/v1``, ``/metrics`` and ``/reset_prefix_cache`` are at the root."""
+    options = environment.parsed_options
+    if environment.host:
+        environment.host = normalize_host(environment.host)
+    for name in ("metrics_url", "paired_host"):
+        if getattr(options, name, ""):
+            setattr(options, name, normalize_host(getattr(options, name)))
 
 
 def new_run_id() -> str:
@@ -135,7 +151,8 @@ class VllmPlugin:
         self.pacer = Pacer()
         self._refused_since: float | None = None  # every request since then found no server
         self._unscheduled_said = False
-        self.live = LiveMetrics()  # the deciding process's scraper of the target's /metrics
+        self.live = LiveMetrics(self.write_failed)  # the deciding process's scraper of the target's /metrics
+        self.write_failure: str | None = None  # the first write that failed (a full disk): said once
         self.markers: list[dict] = []  # labelled instants of this run (web UI), in its load record
         self.client_series = ClientSeries()  # deciding process: the client's percentiles over time
         self._client_ticker: gevent.Greenlet | None = None
@@ -159,12 +176,13 @@ class VllmPlugin:
         self.outbox: Outbox | None = None
         self.own_samples_dir = str(getattr(environment.parsed_options, "worker_samples_dir", "") or "")
         self.roster = WorkerRoster()  # master: every worker that joined, and when it left
+        self.peers = PeerGuard.from_options(environment.parsed_options)  # --worker-token, out of the options
         self._worker_watch: gevent.Greenlet | None = None
         if isinstance(environment.runner, WorkerRunner):
             environment.runner.register_message(STATE_MESSAGE, self.on_state_message)
             # A worker connects before its init event runs, so a state sent in between was dropped
             # ("Unknown message type"): ask for it now that the handler is there.
-            environment.runner.send_message(HELLO_MESSAGE, worker_info(self.worker_id, versions()))
+            environment.runner.send_message(HELLO_MESSAGE, self.peers.sign(worker_info(self.worker_id, versions())))
             if getattr(environment.runner, "worker_state", None) in ("spawning", "running"):
                 # Its master's spawn came first, and with it test_start, which found no plugin: run
                 # it now, or this worker's requests go out unrecorded.
@@ -184,11 +202,16 @@ class VllmPlugin:
         buckets.requests_only_total(environment.stats)  # header RPS = requests/s, not samples/s
         warm_platform_cache()
         options = environment.parsed_options
-        # The steps shape applies when --steps is set anywhere Locust reads options (command
-        # line, LOCUST_STEPS, locust.conf); otherwise Locust's own -u/-r ramping does.
-        if environment.shape_class is not None and options is not None and not (
-                getattr(options, "steps", "") or getattr(options, "request_rate", "")):
-            environment.shape_class = None
+        # The steps shape applies to --steps or several rates (or one rate without -u/-t: one
+        # step), set anywhere Locust reads options (command line, LOCUST_*, locust.conf);
+        # otherwise Locust's own -u/-r/-t do, one rate's users being its in-flight cap.
+        from .shapes import steps_note, wants_steps
+
+        if environment.shape_class is not None and options is not None:
+            if not wants_steps(options):
+                environment.shape_class = None
+            elif steps_note(options) and not isinstance(environment.runner, WorkerRunner):
+                logger.info("%s", steps_note(options))
         if environment.shape_class is None:
             WEB_UI_HIDDEN.update(STEP_OPTIONS)  # a web-UI run would ignore them: not offered
         plugin = cls(environment)
@@ -246,9 +269,11 @@ class VllmPlugin:
 
     def on_hello_message(self, msg, **_kwargs) -> None:
         """Master: a worker's plugin attached (its host, pid, versions, CPUs, clock); it may have
-        missed the state sent before that."""
-        if isinstance(msg.data, dict):
-            self.roster.introduced(msg.node_id, msg.data)
+        missed the state sent before that. Only from a registered peer with the token (``peers``)."""
+        info = self.peers.hello(self.environment.runner, self.roster, msg.node_id, msg.data)
+        if info is None:
+            return
+        self.roster.introduced(msg.node_id, info)
         if self.timeline:
             self.environment.runner.send_message(STATE_MESSAGE, asdict(self.state), client_id=msg.node_id)
 
@@ -305,6 +330,7 @@ class VllmPlugin:
     def on_test_start(self, environment, **_kwargs) -> None:
         options = environment.parsed_options
         self.workload_error = None
+        self.write_failure = None
         if self.deciding:
             # A bad value stops the run here: on a worker it only reached that worker's log, and
             # with --processes 2 the run went on for its whole -t doing nothing, exit code 0.
@@ -312,9 +338,11 @@ class VllmPlugin:
             if error:
                 self.fail_run(error)
                 return
+            normalize_hosts(environment)
             # The deciding process checks the server once; workers get the model with each spawn.
             try:
                 options.model = resolve_model(require_host(environment.host), options.model, options.api_key)
+                fits_model(environment.host, options)  # before any prompt is built: one line, exit 2
                 if getattr(options, "paired_host", ""):  # paired mode: the other server must serve the same name
                     resolve_model(options.paired_host, options.model, options.api_key)
             except ServerCheckError as err:
@@ -344,9 +372,10 @@ class VllmPlugin:
         if self.records_samples:
             if isinstance(environment.runner, WorkerRunner):
                 self.outbox = Outbox() if options.samples_dir else None  # the master keeps the run directory
-                self.recorder = SampleRecorder(self.own_samples_dir or None, self.worker_id, self.outbox)
+                self.recorder = SampleRecorder(self.own_samples_dir or None, self.worker_id, self.outbox,
+                                               on_failure=self.write_failed)
             else:
-                self.recorder = SampleRecorder(options.samples_dir or None, self.worker_id)
+                self.recorder = SampleRecorder(options.samples_dir or None, self.worker_id, on_failure=self.write_failed)
             self.measured_lag_ms = []
             self.audit = ClientAudit(self.client_row, self.audit_labels)
             self.audit.start()
@@ -449,8 +478,15 @@ class VllmPlugin:
         self._worker_watch = gevent.spawn(watch)
 
     def judge_failures(self) -> None:
-        """``--max-failure-ratio``: the exit code says whether the run failed too often."""
+        """``--max-failure-ratio``: the exit code says whether the run failed too often. A run that
+        completed no request at all measured nothing, whatever ratio was allowed: one line, exit 2."""
         limit = float(getattr(self.environment.parsed_options, "max_failure_ratio", -1.0) or 0.0)
+        if self.environment.process_exit_code is None and self.started_s is not None:
+            nothing = nothing_completed(self.environment.stats)
+            if nothing:
+                logger.error("%s: exit code 2", nothing)
+                self.environment.process_exit_code = 2
+                return
         if limit < 0 or self.environment.process_exit_code is not None:
             return
         total = self.environment.stats.total
@@ -470,7 +506,8 @@ class VllmPlugin:
     # -- the web UI's live view and markers -------------------------------------------------------
     def on_report_to_master(self, client_id, data, **_kwargs) -> None:
         """Worker: this report's raw TTFT/ITL values go to the master's live charts, and its raw
-        rows since the last report to the master's run directory."""
+        rows since the last report to the master's run directory; its token, if it has one."""
+        self.peers.sign(data)
         if self.window is not None:
             data[REPORT_KEY] = self.window.take()
         if self.outbox is not None:
@@ -479,16 +516,28 @@ class VllmPlugin:
                 data[ROWS_KEY] = files
 
     def on_worker_report(self, client_id, data, **_kwargs) -> None:
-        self.client_series.add(data.get(REPORT_KEY))
+        """Master: a report's live values and raw rows, heard only from this run's workers and
+        written only into this run's files of the worker that sent them (``peers``, ``outbox``)."""
+        if isinstance(data, dict) and not data.get(REPORT_KEY) and not data.get(ROWS_KEY):
+            return  # Locust's own stats only
+        worker = self.peers.reporter(self.environment.runner, self.roster, client_id, data)
+        if worker is None:
+            return
+        if isinstance(data.get(REPORT_KEY), dict):
+            self.client_series.add(data[REPORT_KEY])
         files = data.get(ROWS_KEY)
         directory = getattr(self.environment.parsed_options, "samples_dir", "") or ""
         if files and directory:
             try:
-                written = write_received(directory, files)
-            except (OSError, ValueError) as err:
-                logger.error("cannot write worker %s's rows in %s: %s", client_id, directory, err)
+                written, dropped = write_received(directory, files, self.state.run_id, worker)
+            except OSError as err:  # a full disk: stop the run, once, keeping what was written
+                self.write_failed(f"samples: cannot write worker {client_id}'s rows in {directory}: "
+                                  f"{describe_write_error(err)}; stopping the run (what was written is kept)")
                 return
-            self.roster.received(client_id, written)
+            for reason, detail in dropped:
+                self.peers.drop(client_id, reason, detail)
+            if written:
+                self.roster.received(client_id, written)
 
     def start_client_ticker(self) -> None:
         """Deciding process with a web UI: one row of client percentiles every ``CLIENT_TICK_S``."""
@@ -541,8 +590,9 @@ class VllmPlugin:
         p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))]
         limit = float(getattr(self.environment.parsed_options, "max_loop_lag_ms", 2.0) or 2.0)
         if p99 > limit:
+            advice = lag_advice(in_processes(self.environment.runner, self.environment.parsed_options))
             logger.warning("client fell behind: event-loop lag p99 %.2f ms > %g ms (--max-loop-lag-ms) in %s; its "
-                           "TTFT/ITL are late by about that much: add --processes or workers", p99, limit, self.worker_id)
+                           "TTFT/ITL are late by about that much: %s", p99, limit, self.worker_id, advice)
 
     # -- clients ------------------------------------------------------------------------------
     def client_settings(self, ctx: LoadContext) -> tuple:
@@ -576,6 +626,13 @@ class VllmPlugin:
         if limit > 0 and now - self._refused_since >= limit and self.environment.process_exit_code != 2:
             self.fail_run(f"no server at {self.environment.host}: every request for {limit:g} s was refused "
                           "(did it die?); stopping the run, what was measured is kept (--stop-after-refused-s)")
+
+    def write_failed(self, message: str) -> None:
+        """A file of the run cannot be written (a full disk): the recorder, the scraper child and the
+        master's copy of its workers' rows each say so here; the first stops the run (exit 2)."""
+        if self.write_failure is None:
+            self.write_failure = message
+            self.fail_run(message)
 
     def fail_run(self, message: str) -> None:
         """Stop the whole run with one line and a non-zero exit code."""

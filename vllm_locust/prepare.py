@@ -12,8 +12,9 @@ from types import SimpleNamespace
 
 from locust.argument_parser import get_parser
 
-from .client import ServerCheckError
+from .client import ServerCheckError, require_host, resolve_model
 from .context import build_context
+from .modelfit import fits_model
 from .options import add_options
 
 
@@ -23,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     options, _unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     environment = SimpleNamespace(host=options.host, parsed_options=options, runner=None)
     try:
+        # The model's context length first: a prompt it cannot take is refused before it is built.
+        options.model = resolve_model(require_host(options.host), options.model, options.api_key)
+        fits_model(options.host, options)
         ctx = build_context(environment)
     except (ServerCheckError, ValueError, OSError) as err:
         print(f"prepare: {err}", file=sys.stderr)

@@ -11,32 +11,42 @@ files, so ``--processes N`` and ``--master/--worker`` need no merging step; pand
 from __future__ import annotations
 
 import csv
+import functools
+import io
+import logging
 from operator import attrgetter
 from pathlib import Path
 
-from .outbox import ForwardFile, Outbox, TeeFile
+from .outbox import ForwardFile, Outbox
 from .schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
+from .wholelines import AppendFile, describe
 
 SAMPLE_COLUMNS = names_of(SampleRow)
 REQUEST_COLUMNS = names_of(RequestRow)
+logger = logging.getLogger(__name__)
 
 
 class _CsvFile:
-    """One raw file: on disk (``path``), in an outbox to the master (``outbox``), or both."""
+    """One raw file: on disk (``path``), in an outbox to the master (``outbox``), or both. Rows
+    wait in a buffer and leave at ``flush`` (every request) as one whole piece: a full disk leaves
+    whole lines (``wholelines``)."""
 
     def __init__(self, path: Path | None, row_type, outbox: Outbox | None = None, name: str = ""):
         self.row_type = row_type
+        self.path = path
         self.values = attrgetter(*names_of(row_type))
-        files = []
+        self.buffer = io.StringIO()
+        self.writer = csv.writer(self.buffer)
+        self.sinks: list = []
+        new = False
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            new = not path.exists() or path.stat().st_size == 0
-            files.append(open(path, "a", newline=""))
+            disk = AppendFile(path)
+            self.sinks.append(disk)
+            new = disk.size == 0
         if outbox is not None:
             new = True  # the master's file of this name starts with this worker's first lines
-            files.append(ForwardFile(outbox, name or path.name))
-        self.file = files[0] if len(files) == 1 else TeeFile(*files)
-        self.writer = csv.writer(self.file)
+            self.sinks.append(ForwardFile(outbox, name or path.name))
         if new:
             self.writer.writerow(names_of(row_type))
 
@@ -46,6 +56,45 @@ class _CsvFile:
     def write_many(self, rows) -> None:
         check_rows(rows, self.row_type)
         self.writer.writerows(map(self.values, rows))
+
+    def flush(self) -> None:
+        text = self.buffer.getvalue()
+        if not text:
+            return
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        for sink in self.sinks:
+            try:
+                sink.write(text)
+            except OSError as err:
+                if err.filename is None and self.path is not None:
+                    err.filename = str(self.path)
+                raise
+
+    def close(self) -> None:
+        """Close the files without writing what is still buffered (``flush`` first for that)."""
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except OSError:
+                pass
+
+
+def _unless_failed(method):
+    """A recorder method that does nothing once a write has failed, and turns a write's OSError
+    into ``SampleRecorder.failed``: a user's finish path never raises a disk error."""
+
+    @functools.wraps(method)
+    def guarded(self, *args):
+        if self.failed is not None:
+            return None
+        try:
+            return method(self, *args)
+        except OSError as err:
+            self._fail(err)
+            return None
+
+    return guarded
 
 
 def check_rows(rows, row_type) -> None:
@@ -58,17 +107,34 @@ class SampleRecorder:
     """Appends sample and request rows; opens its files on the first row, when the run id is known.
     With an ``outbox`` (a worker of a distributed run) the rows go to the master too, or only."""
 
-    def __init__(self, directory: str | Path | None, worker_id: str, outbox: Outbox | None = None):
+    def __init__(self, directory: str | Path | None, worker_id: str, outbox: Outbox | None = None,
+                 on_failure=None):
         self.directory = Path(directory) if directory else None
         self.outbox = outbox
         self.worker_id = worker_id
         self.run_id: str | None = None
+        # A write that fails (a full disk) is said once, to ``on_failure`` (the plugin stops the
+        # run), and the recorder writes nothing more: ``failed`` holds the line.
+        self.on_failure = on_failure
+        self.failed: str | None = None
         self._samples: _CsvFile | None = None
         self._requests: _CsvFile | None = None
         self._client: _CsvFile | None = None
 
     def paths(self, run_id: str) -> tuple[Path, Path]:
         return samples_file(self.directory, run_id, self.worker_id), requests_file(self.directory, run_id, self.worker_id)
+
+    def _fail(self, err: OSError) -> None:
+        where = err.filename or self.directory
+        self.failed = f"samples: cannot write {where}: {describe(err)}; stopping the run (what was written is kept)"
+        for f in (self._samples, self._requests, self._client):
+            if f is not None:
+                f.close()
+        self._samples = self._requests = self._client = None
+        if self.on_failure is not None:
+            self.on_failure(self.failed)
+        else:
+            logger.error("%s", self.failed)
 
     def _open(self, run_id: str) -> None:
         if self.run_id != run_id:
@@ -77,11 +143,18 @@ class SampleRecorder:
             where = self.directory or Path(".")
             paths = (samples_file(where, run_id, self.worker_id), requests_file(where, run_id, self.worker_id),
                      client_file(where, run_id, self.worker_id))
-            self._samples, self._requests, self._client = (
-                _CsvFile(path if self.directory is not None else None, row_type, self.outbox, path.name)
-                for path, row_type in zip(paths, (SampleRow, RequestRow, ClientRow)))
+            made: list[_CsvFile] = []
+            try:
+                for path, row_type in zip(paths, (SampleRow, RequestRow, ClientRow)):
+                    made.append(_CsvFile(path if self.directory is not None else None, row_type, self.outbox, path.name))
+            except OSError:
+                for f in made:
+                    f.close()
+                raise
+            self._samples, self._requests, self._client = made
             self.run_id = run_id
 
+    @_unless_failed
     def samples(self, rows: list[SampleRow]) -> None:
         """A request's samples at once (one write per request instead of one per chunk)."""
         check_rows(rows, SampleRow)
@@ -90,6 +163,7 @@ class SampleRecorder:
             if self._samples is not None:
                 self._samples.write_many(rows)
 
+    @_unless_failed
     def sample_values(self, run_id: str, values: list[tuple]) -> None:
         """Sample rows as tuples of ``SampleRow``'s fields in order (``reporting`` builds them so:
         no object per chunk)."""
@@ -98,28 +172,39 @@ class SampleRecorder:
             if self._samples is not None:
                 self._samples.writer.writerows(values)
 
+    @_unless_failed
     def client(self, row: ClientRow) -> None:
         self._open(row.run_id)
         if self._client is not None:
-            self._client.write(row)
+            self._client.write(row)  # leaves with the next request's rows (``flush``)
 
     def sample(self, row: SampleRow) -> None:
         self.samples([row])
 
+    @_unless_failed
     def request(self, row: RequestRow) -> None:
         self._open(row.run_id)
         if self._requests is not None:
             self._requests.write(row)
         self.flush()
 
+    @_unless_failed
     def flush(self) -> None:
         for f in (self._samples, self._requests, self._client):
             if f is not None:
-                f.file.flush()
+                f.flush()
 
     def close(self) -> None:
-        for f in (self._samples, self._requests, self._client):
-            if f is not None:
-                f.file.close()
+        """Write what is buffered and close the files (a failure to write is ``_fail``'s one line)."""
+        files = [f for f in (self._samples, self._requests, self._client) if f is not None]
         self._samples = self._requests = self._client = None
         self.run_id = None
+        try:
+            if self.failed is None:
+                for f in files:
+                    f.flush()
+        except OSError as err:
+            self._fail(err)
+        finally:
+            for f in files:
+                f.close()

@@ -12,6 +12,9 @@ import socket
 import time
 
 
+HELLO_FIELDS = ("worker_id", "host", "pid", "versions", "cpus", "t_s")  # what ``worker_info`` says
+
+
 def worker_info(worker_id: str, versions: dict) -> dict:
     """What a worker tells its master when it joins: for the run record, and its clock."""
     return {"worker_id": worker_id, "host": socket.gethostname(), "pid": os.getpid(), "versions": versions,
@@ -34,10 +37,18 @@ class WorkerRoster:
     def introduced(self, client_id: str, info: dict) -> None:
         """A worker's ``worker_info``. Its clock offset is one-way (within the network's latency):
         enough for time series; TTFT/ITL are durations on one host's clock and need none."""
-        info = dict(info)
+        info = {k: v for k, v in info.items() if k in HELLO_FIELDS}  # nothing else a peer says is recorded
         sent_s = info.pop("t_s", None)
         offset = round(time.time() - sent_s, 3) if isinstance(sent_s, (int, float)) else None
         self.entry(client_id).update(**info, clock_offset_s=offset)
+
+    def worker_id(self, client_id: str) -> str | None:
+        """The worker id a node's hello gave (its raw files carry it), None before its hello."""
+        return self.workers.get(client_id, {}).get("worker_id")
+
+    def owner_of(self, worker_id: str) -> str | None:
+        """The node whose hello gave this worker id, if any."""
+        return next((c for c, w in self.workers.items() if w.get("worker_id") == worker_id), None)
 
     def received(self, client_id: str, nbytes: int) -> None:
         worker = self.entry(client_id)

@@ -5,16 +5,19 @@ seconds of the scrape), ``name`` (sample name, e.g. ``vllm:num_requests_waiting`
 ``vllm:time_to_first_token_seconds_bucket``), ``labels`` (JSON, sorted keys), ``value``. Only
 ``vllm:`` series are kept. Counters restart when the server does; the analysis takes differences.
 
-    python -m vllm_locust.scraper URL --out metrics.csv [--interval 1]   # until SIGTERM/SIGINT
+    python -m vllm_locust.scraper URL --out metrics.csv [--interval 1]   # until SIGTERM/SIGINT or its parent dies
     python -m vllm_locust.scraper URL --snapshot metrics-before.prom     # raw text, once
 
-``ScrapeThread`` does the same inside another program (the sweep).
+``ScrapeThread`` does the same inside another program (the sweep). ``URL`` is the server (a
+trailing ``/v1`` is dropped: ``hosts.normalize_host``). Each scrape's rows are appended whole; a
+file that cannot be written (a full disk) ends the scraping with one line, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import signal
 import sys
@@ -24,7 +27,11 @@ import time
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from . import bounds
+from .hosts import normalize_host
+from .orphan import watch_parent
 from .schema import SERVER, VLLM_PREFIX
+from .wholelines import AppendFile, describe
 
 COLUMNS = tuple(SERVER)
 PREFIX = VLLM_PREFIX
@@ -32,7 +39,7 @@ PREFIX = VLLM_PREFIX
 
 def fetch(url: str, timeout_s: float = 5.0, api_key: str = "") -> str:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    response = requests.get(url.rstrip("/") + "/metrics", timeout=timeout_s, headers=headers)
+    response = bounds.get(normalize_host(url) + "/metrics", headers, timeout_s)  # identity, bounded
     response.raise_for_status()
     return response.text
 
@@ -55,30 +62,51 @@ def snapshot(url: str, path, api_key: str = "") -> bool:
     except requests.RequestException as err:
         print(f"scraper: cannot read {url}/metrics: {type(err).__name__}", file=sys.stderr)
         return False
-    with open(path, "w") as f:
-        f.write(text)
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as err:
+        print(f"scraper: cannot write {path}: {describe(err)}", file=sys.stderr)
+        return False
     return True
 
 
 def scrape_loop(url: str, out: str, interval_s: float, stop: threading.Event, api_key: str = "",
                 max_seconds: float | None = None, errors=sys.stderr) -> int:
-    """Append rows until ``stop`` is set; a failed scrape is skipped, not fatal. Returns scrapes done."""
+    """Append rows until ``stop`` is set; a failed scrape is skipped, not fatal; a failed write
+    (one line on ``errors``) ends it, keeping the whole rows before. Returns scrapes done."""
     done, started = 0, time.time()
-    with open(out, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        if f.tell() == 0:
+    url = normalize_host(url)
+    try:
+        f = AppendFile(out)
+    except OSError as err:
+        print(f"scraper: cannot write {out}: {describe(err)}; not scraping", file=errors, flush=True)
+        return done
+    try:
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=COLUMNS)
+        if f.size == 0:
             writer.writeheader()
         next_at = time.time()
         while not stop.is_set() and (max_seconds is None or time.time() - started < max_seconds):
             t = time.time()
             try:
                 writer.writerows(tidy_rows(fetch(url, api_key=api_key), t))
-                f.flush()
                 done += 1
             except (requests.RequestException, ValueError) as err:
                 print(f"scraper: {url}/metrics: {type(err).__name__}", file=errors, flush=True)
+            try:
+                f.write(text.getvalue())  # header and this scrape's rows, whole
+            except OSError as err:
+                print(f"scraper: cannot write {out}: {describe(err)}; scraping stopped (the rows before are kept)",
+                      file=errors, flush=True)
+                return done
+            text.seek(0)
+            text.truncate()
             next_at += interval_s
             stop.wait(max(0.0, next_at - time.time()))
+    finally:
+        f.close()
     return done
 
 
@@ -118,6 +146,7 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    watch_parent(stop, a.interval)  # a killed parent (a sweep's shell) leaves no scraper behind
     scrape_loop(a.url, a.out, a.interval, stop, max_seconds=a.max_seconds)
 
 

@@ -4,8 +4,8 @@ Closed loop (``--steps 32,64,128``): users run with no wait, so users = concurre
 Open loop (``--request-rate 1,2,4``): ``--max-concurrency`` users take arrivals from the run's
 shared schedule (``arrivals.py``), so each step holds a request rate; with ``--rate-ramp`` each
 step's measured period ramps the rate linearly to the next one. ``locustfile.py`` always defines
-the shape; the plugin drops it at init unless ``steps`` or ``request_rate`` is set (on the
-command line, in ``LOCUST_*`` or in a ``locust.conf``), so plain ``-u/-r`` ramping works otherwise.
+the shape; the plugin drops it at init unless ``wants_steps`` (on the command line, in
+``LOCUST_*`` or in a ``locust.conf``), so plain ``-u/-r`` ramping works otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +16,44 @@ from .arrivals import parse_rates
 from .options import as_bool, parse_steps
 from .plugin import VllmPlugin
 from .schema import MEASURED, WARMUP
+
+
+def _rate_count(text) -> int:
+    """Entries of ``--request-rate`` (not parsed: a bad one is refused later, naming its flag)."""
+    return len([r for r in str(text or "").split(",") if r.strip()])
+
+
+def wants_steps(options) -> bool:
+    """Whether a run follows the steps shape: ``--steps``, several rates, or one rate with neither
+    ``-u`` nor ``-t`` (one step: ``--step-warmup`` then ``--step-duration`` at ``--max-concurrency``,
+    as the sweep runs each rate). One rate with ``-u`` or ``-t`` is no step sequence: ``-u`` is
+    the cap on requests in flight and ``-t`` the run time, as in the web form (seen: ``-u 20
+    -t 15s`` ran 91.8 s at 256 users)."""
+    if str(getattr(options, "steps", "") or "").strip():
+        return True
+    rates = _rate_count(getattr(options, "request_rate", ""))
+    if rates > 1:
+        return True
+    given = getattr(options, "num_users", None) is not None or getattr(options, "run_time", None) is not None
+    return rates == 1 and not given
+
+
+def steps_note(options) -> str | None:
+    """One line on what a steps run makes of -u/-t (it does not use them); None otherwise."""
+    if not wants_steps(options):
+        return None
+    if getattr(options, "num_users", None) is not None or getattr(options, "run_time", None) is not None:
+        return ("-u/-t are not used with --steps or several --request-rate values: each step runs "
+                "--step-warmup + --step-duration seconds (open loop: at --max-concurrency users)")
+    if str(getattr(options, "steps", "") or "").strip():
+        return None
+    rate = str(options.request_rate).strip()
+    warmup = float(getattr(options, "step_warmup", 30) or 0)
+    duration = float(getattr(options, "step_duration", 60) or 0)
+    cap = getattr(options, "max_concurrency", 256)
+    return (f"--request-rate {rate} without -u or -t: one step, {warmup:g} s warm-up (--step-warmup) then "
+            f"{duration:g} s measured (--step-duration), at most {cap} requests in flight (--max-concurrency); "
+            "give -u (the cap) and -t to run it without steps")
 
 
 def schedule_at(t_s: float, steps: list, warmup_s: float, duration_s: float):

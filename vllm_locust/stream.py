@@ -7,6 +7,10 @@ construction). Works for ``/v1/chat/completions`` (``delta.content``) and ``/v1/
 (``text``). With vLLM's ``stream_options.continuous_usage_stats`` every chunk carries the running
 ``usage.completion_tokens``, so each content chunk's token count is known: chunks are not always
 tokens (speculative decoding, detokenizer hold-back). Knows nothing of Locust or gevent.
+
+A hostile or broken server is bounded here: an event over ``--max-event-bytes`` (``sse.py``), more
+content than ``max_tokens`` asked for, or a body in an encoding the suite did not ask for each end
+the request with a named failure, and the caller's ``with`` closes the connection.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .sse import DONE
+from .sse import DEFAULT_MAX_EVENT_BYTES, DONE, EventTooLarge, stamped_payloads
 
 try:  # orjson parses a vLLM chunk in about a microsecond; json is the fallback
     from orjson import JSONDecodeError, loads
@@ -43,6 +47,38 @@ class StreamResult:
         return len(self.content_times_s)
 
 
+TOKEN_SLACK = 2  # content chunks allowed past max_tokens before the stream is called runaway
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    """What one stream may deliver: ``max_tokens`` (None: unchecked) plus ``TOKEN_SLACK`` content
+    chunks (or tokens by the server's running usage), and events of at most ``max_event_bytes``."""
+
+    max_tokens: int | None = None
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+
+    @property
+    def most_tokens(self) -> int | None:
+        return None if self.max_tokens is None else self.max_tokens + TOKEN_SLACK
+
+
+def identity_only(headers) -> None:
+    """The suite asks for ``Accept-Encoding: identity`` and reads raw bytes: a body in another
+    encoding is refused by name (a gzip stream read raw had failed as "0 chunks")."""
+    encoding = (headers.get("content-encoding") or "identity").strip().lower()
+    if encoding != "identity":
+        raise StreamError(f"bad response: Content-Encoding {encoding[:40]} (the suite asks for identity)")
+
+
+def read_stream(http_response, on_content=None, result: StreamResult | None = None,
+                limits: StreamLimits = StreamLimits()) -> StreamResult:
+    """Read a streamed completion from an httpx response (raw bytes, stamped per read) within ``limits``."""
+    identity_only(http_response.headers)
+    reads = stamped_payloads(http_response.iter_raw(), max_event_bytes=limits.max_event_bytes)
+    return consume(reads, on_content, result, limits)
+
+
 def choice_text(choice: dict) -> str:
     """Text a choice carries: chat ``delta.content`` (or reasoning), or completions ``text``."""
     delta = choice.get("delta")
@@ -63,15 +99,31 @@ def consume(
     payloads: Iterable[tuple[float, bytes]],
     on_content: Callable[[int, float, int | None], None] | None = None,
     result: StreamResult | None = None,
+    limits: StreamLimits | None = None,
 ) -> StreamResult:
     """Drain ``payloads``; call ``on_content(index, arrival_s, tokens)`` for each content chunk.
 
     ``tokens`` is what the chunk carried by the server's running usage count, ``None`` when the
     server does not send one per chunk. ``result`` may be passed in so that a caller keeps what
-    arrived before an error. Raises ``StreamError`` for a malformed chunk, an error event, or a
-    stream that ends without a finish reason.
+    arrived before an error. Raises ``StreamError`` for a malformed chunk, an error event, an event
+    over the size limit, more content than ``limits.max_tokens``, or a stream that ends without a
+    finish reason.
     """
     result = result if result is not None else StreamResult()
+    most = limits.most_tokens if limits is not None else None
+    try:
+        _consume(payloads, on_content, result, most)
+    except EventTooLarge as err:
+        raise StreamError(str(err)) from None
+    if result.finish_reason is None:
+        raise StreamError(
+            f"stream ended without a finish_reason after {result.chunks} chunks "
+            f"({result.content_chunks} with content)"
+        )
+    return result
+
+
+def _consume(payloads, on_content, result: StreamResult, most: int | None) -> None:
     counted = 0  # completion tokens already attributed to content chunks
     for now, payload in payloads:
         if payload == DONE or result.done:
@@ -107,14 +159,12 @@ def consume(
                     tokens, counted = running - counted, running
                 result.content_times_s.append(now)
                 result.content_tokens.append(tokens)
+                if most is not None and max(len(result.content_times_s), counted) > most:
+                    by_usage = f", {counted} tokens by its usage count" if running is not None else ""
+                    raise StreamError(f"server sent more than max_tokens={most - TOKEN_SLACK} tokens "
+                                      f"({len(result.content_times_s)} content chunks{by_usage})")
                 if on_content is not None:
                     on_content(len(result.content_times_s) - 1, now, tokens)
             reason = choice.get("finish_reason")
             if reason:
                 result.finish_reason = reason
-    if result.finish_reason is None:
-        raise StreamError(
-            f"stream ended without a finish_reason after {result.chunks} chunks "
-            f"({result.content_chunks} with content)"
-        )
-    return result

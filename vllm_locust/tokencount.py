@@ -14,6 +14,8 @@ from typing import Protocol, Sequence
 
 import requests
 
+from . import bounds
+
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog 0123456789."
 
 
@@ -42,7 +44,9 @@ class ServerTokenCounter:
         self.fingerprint = "server:" + model + ":" + hashlib.sha1(json.dumps(tokens).encode()).hexdigest()[:12]
 
     def _post(self, body: dict) -> dict:
-        response = self.session.post(self.url, json={"model": self.model, **body}, timeout=self.timeout_s)
+        # identity encoding, a bounded body: a hostile server's gzip bomb is refused, not inflated
+        response = bounds.post(self.url, timeout_s=self.timeout_s, session=self.session,
+                               json={"model": self.model, **body})
         response.raise_for_status()
         return response.json()
 

@@ -9,7 +9,9 @@ the wire are handled here. ``https://`` hosts keep httpx's transport (``client.m
 
 The send stamp: httpx's request hook sets the ``trace`` extension (``wire.py``); it is called
 with httpcore's event name just before the request's bytes are written, as httpcore does.
-Errors are httpx's, so the SDK and ``client.describe_error`` read them as before.
+Errors are httpx's, so the SDK and ``client.describe_error`` read them as before. The response
+headers are capped at ``MAX_HEADER_BYTES`` (200 MB of them had been read into memory and the
+request counted a success; httpx's own transport refuses past 100 KiB).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from geventhttpclient.response import HTTPParseError, HTTPResponse
 from .wire import WireClock
 
 BLOCK_SIZE = 65536
+MAX_HEADER_BYTES = 65536  # all of a response's header bytes; vLLM sends a few hundred
 
 
 class _ResponseParser(HTTPResponse):
@@ -50,8 +53,9 @@ class LeanTransport(httpx2.BaseTransport):
     """HTTP/1.1 over one keep-alive connection at a time (a Locust user sends one request at a time;
     a second concurrent request opens a second connection)."""
 
-    def __init__(self, block_size: int = BLOCK_SIZE):
+    def __init__(self, block_size: int = BLOCK_SIZE, max_header_bytes: int = MAX_HEADER_BYTES):
         self.block_size = block_size
+        self.max_header_bytes = max_header_bytes
         self._idle: list[tuple[tuple, socket.socket]] = []
 
     # -- connections --------------------------------------------------------------------------------
@@ -108,7 +112,7 @@ class LeanTransport(httpx2.BaseTransport):
 
     def _exchange(self, key, sock, request, payload: bytes, trace, timeouts: dict) -> httpx2.Response:
         parser = _ResponseParser(request.method)
-        received = False
+        received = 0
         try:
             sock.settimeout(timeouts.get("write"))
             if trace is not None:
@@ -121,8 +125,11 @@ class LeanTransport(httpx2.BaseTransport):
                     if not received:
                         raise _StaleConnection()
                     raise httpx2.RemoteProtocolError("server closed the connection before the response headers ended")
-                received = True
+                received += len(data)
                 parser.feed(data)
+                if received > self.max_header_bytes and not (parser.headers_complete and parser.get_code() >= 200):
+                    sock.close()
+                    raise httpx2.RemoteProtocolError(f"response headers over {self.max_header_bytes} bytes")
         except (BrokenPipeError, ConnectionResetError) as err:
             if not received:
                 raise _StaleConnection() from err

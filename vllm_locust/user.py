@@ -25,8 +25,8 @@ from .pacer import Arrival
 from .plugin import VllmPlugin
 from .reporting import RequestReport, RequestInfo
 from .schema import INTERRUPTED, RequestRow
-from .sse import stamped_payloads
-from .stream import StreamResult, consume
+from .sse import DEFAULT_MAX_EVENT_BYTES
+from .stream import StreamLimits, StreamResult, read_stream
 from .wire import WireClock
 
 MAX_BACKOFF_S = 1.0
@@ -148,12 +148,19 @@ class ChatStreamUser(User):
                                            wire, number, target))
         try:
             with wire.active(), resource.with_streaming_response.create(**body) as response:
-                consume(stamped_payloads(response.http_response.iter_raw()), on_content, result)
+                limits = StreamLimits(ctx.spec.max_tokens, int(getattr(self.environment.parsed_options, "max_event_bytes",
+                                                                       DEFAULT_MAX_EVENT_BYTES)))
+                read_stream(response.http_response, on_content, result, limits)
             if not result.content_times_s:
                 raise RequestFailure(f"stream finished ({result.finish_reason}) without any content")
         except GreenletExit:
             # The run stopped mid-stream: keep the row (its TTFT was counted), marked as interrupted.
-            finish(RequestFailure(INTERRUPTED))
+            # Nothing raised while recording it may replace the kill: a user that raised a disk
+            # error here outlived its run (the recorder itself never raises OSError).
+            try:
+                finish(RequestFailure(INTERRUPTED))
+            except Exception:  # noqa: BLE001 - a bug in recording; the kill still goes through
+                logger.exception("cannot record the interrupted request")
             raise
         except Exception as err:  # every failure becomes a Locust failure with its own message
             error = RequestFailure(describe_error(err, float(self.environment.parsed_options.read_timeout)))

@@ -13,6 +13,12 @@ Routes (on the deciding process's web UI):
 - ``POST /vllm-server/marker`` (``label``): a labelled marker, written to the run's load record.
 - ``POST /vllm-server/reset-prefix-cache``: asks the target to reset its prefix cache (vLLM serves
   that only with ``VLLM_SERVER_DEV_MODE=1``); a reset is a marker too.
+
+Every route honours Locust's ``--web-login``; ``websecurity`` refuses other sites' requests. Input
+is bounded (seen: a 200 MB marker body was accepted, and 5,004 markers made ``/server-metrics``
+1.37 MB, polled every 2 s): a marker body of at most ``MARKER_BODY_BYTES``, a label of at most
+``MAX_LABEL_CHARS`` (longer is refused, not cut), ``MAX_MARKERS`` a run (then 429, resets
+included: an unmarked reset would go unexplained), the latest ``SHOWN_MARKERS`` in the status.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from . import websecurity
 from .controls import reset_prefix_cache
 
 TAB_KEY = "vllm-server"
@@ -29,6 +36,10 @@ TABLE = [{"key": "figure", "title": "vLLM figure"}, {"key": "value", "title": "l
 PAGE = Path(__file__).with_name("web") / "vllm_server.html"
 SCRIPT = Path(__file__).with_name("web") / "vllm_server_tab.js"
 TAB_SCRIPT_TAG = '<script src="./vllm-server/tab.js"></script>'
+MARKER_BODY_BYTES = 4096
+MAX_LABEL_CHARS = 200
+MAX_MARKERS = 500
+SHOWN_MARKERS = 100
 
 
 def _shown(value) -> str:
@@ -52,14 +63,24 @@ def table_rows(status: dict, client_row: dict | None) -> list[dict]:
 def status_json(plugin) -> dict:
     status = json.loads(plugin.live.as_json())
     status["client"] = list(plugin.client_series.history)[-600:]
-    status["markers"] = list(plugin.markers)
+    status["markers"] = list(plugin.markers)[-SHOWN_MARKERS:]
+    status["markers_total"] = len(plugin.markers)
     return status
+
+
+def marker_refusal(plugin) -> tuple[dict, int] | None:
+    """The answer when this run already has its ``MAX_MARKERS`` markers, else None."""
+    if len(plugin.markers) < MAX_MARKERS:
+        return None
+    return {"success": False, "message": f"this run already has {MAX_MARKERS} markers, the most a run keeps: "
+                                         "no more markers (or marked prefix-cache resets) until the next run"}, 429
 
 
 def register(web_ui, plugin) -> None:
     """Add the tab, its routes and its controls to Locust's web UI."""
     from flask import Response, jsonify, request
 
+    websecurity.install(web_ui)
     app, auth = web_ui.app, web_ui.auth_required_if_enabled
     web_ui.template_args["extendedTabs"] = [{"title": TAB_TITLE, "key": TAB_KEY}]
     web_ui.template_args["extendedTables"] = [{"key": TAB_KEY, "structure": TABLE}]
@@ -89,9 +110,18 @@ def register(web_ui, plugin) -> None:
     @app.route("/vllm-server/marker", methods=["POST"])
     @auth
     def add_marker():
-        label = str((request.get_json(silent=True) or request.form).get("label") or "").strip()
+        if (request.content_length or 0) > MARKER_BODY_BYTES:
+            return jsonify({"success": False, "message": f"a marker's body is at most {MARKER_BODY_BYTES} bytes"}), 413
+        request.max_content_length = MARKER_BODY_BYTES  # a body without Content-Length too
+        sent = request.get_json(silent=True)
+        label = str((sent if isinstance(sent, dict) else request.form).get("label") or "").strip()
         if not label:
             return jsonify({"success": False, "message": "a marker needs a label"}), 400
+        if len(label) > MAX_LABEL_CHARS:
+            return jsonify({"success": False, "message": f"a marker label is at most {MAX_LABEL_CHARS} characters "
+                                                         f"(this one has {len(label)})"}), 400
+        if (full := marker_refusal(plugin)) is not None:
+            return jsonify(full[0]), full[1]
         marker = plugin.add_marker(label, "marker")
         if marker is None:
             return jsonify({"success": False, "message": "no run in progress: start one, then add markers"}), 409
@@ -100,6 +130,8 @@ def register(web_ui, plugin) -> None:
     @app.route("/vllm-server/reset-prefix-cache", methods=["POST"])
     @auth
     def reset_cache():
+        if (full := marker_refusal(plugin)) is not None:
+            return jsonify(full[0]), full[1]
         options = plugin.environment.parsed_options
         ok, message = reset_prefix_cache(plugin.environment.host or "", getattr(options, "api_key", "") or "")
         marker = plugin.add_marker("prefix cache reset", "prefix cache reset") if ok else None

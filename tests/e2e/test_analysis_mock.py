@@ -55,7 +55,8 @@ def test_summary_numbers_match_the_servers_speeds(two_speeds):
     report = (two_speeds / "report.md").read_text()
     assert "Release checklist" in report and "fast" in report
     html = (two_speeds / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 3, "self-contained: the plots are inlined"
+    assert html.count("data:image/png;base64,") == 4, "self-contained: the plots (effect sizes first) are inlined"
+    assert html.index('alt="effect sizes"') < html.index("Per load level"), "the verdict's picture leads"
 
 
 def test_gates_and_reverse_comparison(two_speeds):

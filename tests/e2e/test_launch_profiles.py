@@ -95,3 +95,17 @@ def test_listening_beyond_loopback_is_said_out_loud():
     assert local.returncode == 0 and "--host 127.0.0.1" in local.stdout and "warning" not in local.stderr
     wide = serve("baseline-cpu", "--dry-run", env={"HOST": "0.0.0.0"})
     assert wide.returncode == 0 and "warning: vLLM will listen on 0.0.0.0" in wide.stderr
+
+
+def test_help_is_a_clean_usage_that_lists_the_profiles():
+    """Seen: ``serve.sh --help`` printed the script's header down to ``set -euo pipefail`` and
+    listed the profiles only on an error."""
+    proc = serve("--help")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert text.startswith("Usage: "), text
+    assert "set -euo" not in text and "#" not in text and "source " not in text, text
+    for profile in PROFILES:
+        assert profile in text, f"{profile} not listed"
+    for flag in ("--dry-run", "--check", "--sweep-settings", "--run-dir", "MODEL", "PORT", "SERVER_CPUS"):
+        assert flag in text, flag

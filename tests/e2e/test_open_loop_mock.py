@@ -218,3 +218,41 @@ def test_a_web_ui_run_at_a_request_rate(tmp_path):
     gaps = requests["intended_at_s"].sort_values().diff().dropna()
     assert gaps.between(0.0995, 0.1005).all(), "10 requests/s, evenly spaced (burstiness inf)"
     assert (tmp_path / "metrics.csv").stat().st_size > 0, "a web-UI run records /metrics like a sweep run"
+
+
+def test_one_rate_with_u_and_t_runs_without_steps(tmp_path):
+    """Seen: ``--request-rate 5 -u 20 -t 15s`` headless ran 91.8 s at 256 users ("Shape test
+    updating to 256 users", a 30 s warm-up and 60 s measured, then "Run time limit set to 15
+    seconds"). One rate is not a step sequence: -u is the cap on requests in flight, -t the run time."""
+    import json
+    import os
+    import signal
+
+    server = start_fake_server()
+    log, samples = tmp_path / "locust.log", tmp_path / "samples"
+    try:
+        server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+        with open(log, "w") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"),
+                                     "--host", server.url, "--headless", "--request-rate", "5", "-u", "3", "-r", "3",
+                                     "-t", "3s", "--samples-dir", str(samples), *LOAD],
+                                    stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+            try:  # a safety net far above -t, below the 90 s of the steps shape's defaults
+                rc = proc.wait(timeout=85)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # Locust and its /metrics scraper child
+                proc.wait()
+                pytest.fail("the run did not end by itself within 85 s of a -t 3s run")
+    finally:
+        server.proc.terminate()
+    text = log.read_text()
+    assert rc == 0, text[-2000:]
+    assert "Shape test" not in text, text[-2000:]
+    assert "(3 total users)" in text, text[-2000:]
+    [record] = [json.loads(p.read_text()) for p in samples.glob("loadrun-*.json")]
+    assert {c["phase"] for c in record["timeline"]} == {"measured"}, "no warm-up step: -t is the run"
+    assert {c["concurrency"] for c in record["timeline"]} - {None} == {3}, record["timeline"]
+    assert {c["request_rate"] for c in record["timeline"]} - {None} == {5.0}
+    requests = pd.concat(pd.read_csv(f) for f in glob.glob(str(samples / "requests-*.csv")))
+    assert 5 <= len(requests) <= 25, len(requests)  # 5/s for 3 s, not 90 s of it
+    assert set(requests["phase"]) == {"measured"}

@@ -140,16 +140,26 @@ def test_a_server_that_dies_mid_run_stops_the_run_and_keeps_what_was_measured(tm
 
 def test_max_failure_ratio_sets_the_exit_code():
     server = start_fake_server()
-    server.configure(mode="http500")
+    # One user, every other request a 500: the failed share is 1/2, give or take one request.
+    server.configure(mode="http500-every-other", ttft_ms=5, itl_ms=1)
+
+    def run(ratio):
+        server.configure(mode=server_mode[0], ttft_ms=5, itl_ms=1)  # the count starts anew each run
+        return subprocess.run([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host",
+                               server.url, "--headless", "-u", "1", "-r", "1", "-t", "2s", "--max-failure-ratio",
+                               ratio, *LOAD], capture_output=True, text=True, timeout=120, cwd=ROOT)
     try:
-        runs = {ratio: subprocess.run([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host",
-                                       server.url, "--headless", "-u", "1", "-r", "1", "-t", "2s", "--max-failure-ratio",
-                                       ratio, *LOAD], capture_output=True, text=True, timeout=120, cwd=ROOT)
-                for ratio in ("1", "0.5")}
+        server_mode = ["http500-every-other"]
+        runs = {ratio: run(ratio) for ratio in ("0.75", "0.25")}
+        server_mode[0] = "http500"
+        runs["all failed"] = run("1")
     finally:
         server.stop()
-    assert runs["1"].returncode == 0, runs["1"].stderr[-1500:]
-    assert runs["0.5"].returncode == 1 and "more than --max-failure-ratio 0.5" in runs["0.5"].stderr
+    assert runs["0.75"].returncode == 0, runs["0.75"].stderr[-1500:]
+    assert runs["0.25"].returncode == 1 and "more than --max-failure-ratio 0.25" in runs["0.25"].stderr
+    # A run that completed nothing measured nothing, whatever share of failures was allowed.
+    assert runs["all failed"].returncode == 2, runs["all failed"].stderr[-1500:]
+    assert "no request completed" in runs["all failed"].stderr
 
 
 def test_a_lost_worker_is_recorded_and_the_run_carries_on(tmp_path):

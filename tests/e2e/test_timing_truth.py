@@ -25,7 +25,12 @@ def test_ttft_and_every_itl_within_1ms_of_server_truth(fake_server, tmp_path, en
     for i, record in enumerate(log):
         truth_ttft = (record["sends"][0] - record["recv"]) * 1000
         ttft_errors.append(abs(ttfts[i]["response_time"] - truth_ttft))
-        assert abs(ttfts[i]["response_time"] - TTFT_MS) < 5.0, "the script's TTFT, give or take the server's sleep"
+        # Causality, which holds however busy the machine: the client cannot see the first token
+        # before the server handed it to the socket, nor before the script's TTFT had passed (the
+        # server's sleep only overshoots). How far after is the medians' business below: a single
+        # request on a loaded machine read 45.36 ms for a 40 ms script, the server's sleep late.
+        assert ttfts[i]["response_time"] >= truth_ttft - 0.05, f"TTFT {ttfts[i]['response_time']:.3f} ms before the server sent ({truth_ttft:.3f})"
+        assert truth_ttft >= TTFT_MS - 0.05, f"the server sent its first token after {truth_ttft:.3f} ms, before its script's {TTFT_MS}"
         truth_gaps = [(b - a) * 1000 for a, b in zip(record["sends"], record["sends"][1:])]
         measured = [e["response_time"] for e in itls[15 * i:15 * (i + 1)]]
         itl_errors += [abs(m - t) for m, t in zip(measured, truth_gaps)]

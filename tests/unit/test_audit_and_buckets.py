@@ -1,13 +1,29 @@
 """The client's self-audit (loop lag, CPU) and Locust's sub-millisecond buckets."""
 
 import time
+from contextlib import contextmanager
 
 import gevent
 import locust.stats
+import pytest
 
 from vllm_locust import buckets
 from vllm_locust.audit import ClientAudit, cpu_pct, overshoot_ms
 from vllm_locust.schema import CPU_PCT, LOOP_LAG_MS, MEASURED, SPAWN_TO_SEND_MS
+
+
+@contextmanager
+def installed_buckets():
+    """The production bucketing for a block; afterwards ``locust.stats`` as it was before it."""
+    was = locust.stats.bucket_response_time is buckets.fine_bucket
+    buckets.install()
+    try:
+        yield
+    finally:
+        if was:
+            buckets.install()
+        else:
+            buckets.uninstall()
 
 
 def test_overshoot_and_cpu_share_arithmetic():
@@ -44,17 +60,13 @@ def test_no_rows_before_the_run_has_an_id():
 
 def test_fine_buckets_keep_sub_millisecond_itl_in_locust_stats():
     assert buckets.fine_bucket(0.3456) == 0.346 and buckets.fine_bucket(5.432) == 5.43
-    assert buckets.fine_bucket(54.32) == 54.3 and buckets.fine_bucket(1234) == 1200
-    before = locust.stats.bucket_response_time
-    try:
-        buckets.install()
+    assert buckets.fine_bucket(54.32) == 54.3 and buckets.fine_bucket(1234) == 1230
+    with installed_buckets():
         entry = locust.stats.StatsEntry(locust.stats.RequestStats(), "ITL", "chat")
         for value in [0.2] * 60 + [5.4] * 36 + [7.7] * 4:
             entry.log(value, 1)
         assert entry.get_response_time_percentile(0.5) == 0.2, "Locust's own buckets would say 0"
         assert entry.get_response_time_percentile(0.95) == 5.4, "and 5 here"
-    finally:
-        locust.stats.bucket_response_time = before
 
 
 def test_locusts_total_counts_requests_not_samples():
@@ -78,3 +90,77 @@ def test_locusts_total_counts_requests_not_samples():
     assert env.stats.total.num_requests == 1, "the total counts requests (E2E), not samples"
     assert env.stats.get("ITL", "chat").num_requests == 1 and env.stats.get("TTFT", "chat").num_requests == 1
     runner.quit()
+
+
+def test_buckets_keep_three_significant_digits_at_every_magnitude():
+    """Seen: Locust's own buckets put TTFT above 100 ms in 10 ms steps (100.24 ms showed as 100 or
+    110). Every value from 0.01 ms to 60 s keeps its bucket within 0.5 percent of itself."""
+    import math
+
+    values = [0.01 * (6e6 ** (i / 4000)) for i in range(4001)]  # 0.01 ms .. 60 s, log-spaced
+    values += [0.0104999, 0.9995, 9.995, 99.95, 100.24, 104.9, 999.5, 1049.0, 10490.0, 59999.0, 60000.0]
+    for value in values:
+        bucket = buckets.fine_bucket(value)
+        assert abs(bucket - value) <= 0.005 * value + 1e-12, (value, bucket)
+    assert buckets.fine_bucket(100.24) == 100 and buckets.fine_bucket(104.9) == 105
+    assert buckets.fine_bucket(12345.6) == 12300 and buckets.fine_bucket(0.012345) == 0.0123
+    assert buckets.fine_bucket(0) == 0 and not math.isnan(buckets.fine_bucket(1e-9))
+
+
+def test_percentiles_are_monotone_near_100_ms():
+    """Seen in the web UI: median 100.24 ms beside p95 100 and p99 120. Locust clamps the median
+    into [min, max] and not the other percentiles; a bucket below the minimum put p95 under p50."""
+    with installed_buckets():
+        entry = locust.stats.StatsEntry(locust.stats.RequestStats(), "TTFT", "chat", use_response_times_cache=True)
+        for value in [100.24] * 60 + [100.3] * 35 + [100.4] * 4 + [118.0]:
+            entry.log(value, 1)
+        p50, p95, p99 = (entry.get_response_time_percentile(p) for p in (0.5, 0.95, 0.99))
+        median = entry.median_response_time
+        assert median <= p95 <= p99 and p50 <= p95, (median, p50, p95, p99)
+        assert entry.min_response_time <= p50 <= p99 <= entry.max_response_time
+        shown = entry.to_dict()  # what the web UI's table reads
+        assert shown["median_response_time"] <= shown["response_time_percentile_0.95"] \
+            <= shown["response_time_percentile_0.99"], shown
+
+
+def test_uninstall_puts_locusts_own_back():
+    with installed_buckets():
+        buckets.install()  # twice: still undone in one go
+        buckets.uninstall()
+        assert locust.stats.bucket_response_time is buckets.LOCUST_BUCKET
+        assert locust.stats.StatsEntry.get_response_time_percentile is buckets.LOCUST_PERCENTILE
+        assert locust.stats.StatsEntry.get_current_response_time_percentile is buckets.LOCUST_CURRENT_PERCENTILE
+
+
+@pytest.mark.parametrize("processes, worker, advice", [
+    (None, False, "add --processes"),
+    (2, True, "add more --processes or workers, or give the client its own cores"),
+    (None, True, "add more --processes or workers, or give the client its own cores"),
+])
+def test_the_loop_lag_advice_depends_on_what_is_in_use(caplog, processes, worker, advice):
+    """Seen: "add --processes" with ``--processes 2`` in use (the warning comes from a worker)."""
+    from argparse import Namespace
+    from types import SimpleNamespace
+
+    from locust.runners import WorkerRunner
+
+    from vllm_locust.plugin import VllmPlugin
+
+    class Worker(WorkerRunner):  # a worker's runner, without a master to connect to
+        def __init__(self):
+            pass
+
+        def __del__(self):
+            pass
+
+    runner = Worker() if worker else SimpleNamespace()
+    plugin = VllmPlugin.__new__(VllmPlugin)  # the warning alone, without a Locust environment
+    plugin.environment = SimpleNamespace(runner=runner, parsed_options=Namespace(
+        max_loop_lag_ms=2.0, processes=processes, worker=worker))
+    plugin.worker_id, plugin.measured_lag_ms = "host-1", [0.5] * 90 + [30.0] * 10
+    with caplog.at_level("WARNING", logger="vllm_locust.plugin"):
+        plugin.warn_if_late()
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "client fell behind" in line and advice in line, line
+    if worker:
+        assert "add --processes" not in line

@@ -109,7 +109,11 @@ def test_the_mock_servers_metrics_move_with_its_streams():
 
     import openai
 
-    server = start_in_thread(ttft_ms=1, itl_ms=1, tokens=5)
+    from vllm_locust.mockserver import start_process
+
+    # Its own process: an in-thread mock's counters are shared by every mock of this process
+    # (other tests' requests made this read 150 tokens instead of 10).
+    server = start_process("--ttft-ms", "1", "--itl-ms", "1", "--tokens", "5")
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="k")
         for _ in range(2):

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from vllm_locust.options import defaults, parse_steps, workload_spec
@@ -44,3 +46,47 @@ def test_every_option_is_registered_with_locust():
     assert not secret.include_in_web_ui, "the API key is not in the web UI's form (its default was in the page)"
     assert parser.parse_args([]).web_host == "127.0.0.1", "the web UI listens on loopback unless told otherwise"
     assert len(OPTIONS) == len({f for f, _ in OPTIONS})
+
+
+def test_one_request_rate_is_not_a_step_sequence():
+    """Seen: ``--request-rate 5 -u 20 -t 15s`` ran 91.8 s at 256 users (a warm-up and a measured
+    step at --max-concurrency). One rate with -u or -t runs without the steps shape: -u is the
+    cap on requests in flight, -t the run time. Several rates, or --steps, are steps."""
+    from argparse import Namespace
+
+    from vllm_locust.shapes import steps_note, wants_steps
+
+    def opts(**kw):
+        return Namespace(**{"steps": "", "request_rate": "", "num_users": None, "run_time": None, **kw})
+
+    assert wants_steps(opts(request_rate="5", num_users=20, run_time=15)) is False
+    assert wants_steps(opts(request_rate="5", num_users=3)) is False, "-u alone: the cap"
+    assert wants_steps(opts(request_rate="5", run_time=15)) is False, "-t alone: the run time"
+    assert wants_steps(opts(request_rate="1,2,4", num_users=20, run_time=15)) is True, "several rates are steps"
+    assert wants_steps(opts(steps="32,64")) is True
+    assert wants_steps(opts(request_rate=" 5 ")) is True, "neither -u nor -t (the sweep's runs): one step"
+    assert wants_steps(opts()) is False, "plain -u/-r ramping"
+    assert wants_steps(opts(request_rate="abc", num_users=2)) is False, "a bad rate is refused later, with its flag"
+    one_step = steps_note(opts(request_rate="5", step_warmup=30, step_duration=60, max_concurrency=256))
+    assert "one step" in one_step and "256" in one_step and "give -u" in one_step, "said at start, not found out"
+    assert "not used" in steps_note(opts(steps="8,16", num_users=20)), "-u beside --steps is ignored: said so"
+    assert steps_note(opts(request_rate="5", num_users=3)) is None
+
+
+def test_option_help_reads_right_in_argparse_and_the_web_form():
+    """Seen: ``(0.01: 1%%)`` in the web form and the README: the form shows the help raw, argparse
+    needs ``%%``. Help without ``%`` reads the same in both."""
+    from locust.argument_parser import get_parser
+
+    from vllm_locust.options import OPTIONS, add_options, markdown_table
+
+    for flag, kwargs in OPTIONS:
+        assert "%" not in kwargs.get("help", ""), flag
+        assert kwargs.get("help"), f"{flag} has no help"
+    parser = get_parser()
+    add_options(parser)
+    text = parser.format_help()
+    assert "%" not in text and "1 percent" in text
+    assert "%" not in markdown_table()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "%%" not in readme

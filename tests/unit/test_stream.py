@@ -90,3 +90,55 @@ def test_malformed_chunks_and_error_events():
         consume(at([1], [b"[1, 2]"]))
     with pytest.raises(StreamError, match="server error in stream: engine dead"):
         consume(at([1, 2], [chat("a"), {"error": {"message": "engine dead", "code": 500}}]))
+
+
+def test_more_content_than_max_tokens_is_a_named_failure_and_stops_reading():
+    """Seen: a stream that never sent finish_reason delivered 5,816 chunks for --max-tokens 8."""
+    from vllm_locust.stream import StreamLimits
+
+    def endless():
+        for i in range(100_000):
+            yield float(i), json.dumps(chat(f"t{i}")).encode()
+
+    kept = StreamResult()
+    with pytest.raises(StreamError, match=r"server sent more than max_tokens=8 tokens \(11 content chunks\)"):
+        consume(endless(), result=kept, limits=StreamLimits(max_tokens=8))
+    assert kept.content_chunks == 11, "reading stopped at the first chunk past max_tokens + the slack"
+    exact = at(range(10), [chat("a")] * 9 + [chat("b", finish="length")])
+    assert consume(exact, limits=StreamLimits(max_tokens=8)).content_chunks == 10, "within the slack: not a failure"
+
+
+def test_the_servers_own_running_count_past_max_tokens_is_the_same_failure():
+    from vllm_locust.stream import StreamLimits
+
+    payloads = at([1, 2], [chat("a", usage=1), chat("b", usage=50)])  # one chunk claims 49 tokens
+    with pytest.raises(StreamError, match="more than max_tokens=8 tokens .*50 tokens by its usage count"):
+        consume(payloads, limits=StreamLimits(max_tokens=8))
+
+
+def test_an_event_over_the_limit_is_a_stream_error_with_its_name():
+    from vllm_locust.stream import StreamLimits, read_stream
+
+    class Response:
+        headers = {"content-type": "text/event-stream"}
+
+        def iter_raw(self):
+            yield event(chat("a"))
+            while True:
+                yield b"data: " + b"x" * 4096  # an event that never ends
+
+    with pytest.raises(StreamError, match=r"^event over --max-event-bytes \(65536 bytes\)$"):
+        read_stream(Response(), limits=StreamLimits(max_event_bytes=65536))
+
+
+def test_a_body_in_an_encoding_not_asked_for_is_refused_by_name():
+    from vllm_locust.stream import read_stream
+
+    class Gzipped:
+        headers = {"content-encoding": "gzip"}
+
+        def iter_raw(self):
+            raise AssertionError("not read")
+
+    with pytest.raises(StreamError, match=r"^bad response: Content-Encoding gzip \(the suite asks for identity\)$"):
+        read_stream(Gzipped())

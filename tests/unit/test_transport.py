@@ -167,3 +167,62 @@ def test_lean_transport_only_for_plain_http_hosts():
     assert isinstance(lean._client._transport, LeanTransport)
     assert not isinstance(make_client("https://example.invalid", "", 1, 1)._client._transport, LeanTransport)
     assert not isinstance(make_client("http://127.0.0.1:8000", "", 1, 1, transport="httpx")._client._transport, LeanTransport)
+
+
+def test_response_headers_past_the_cap_are_refused_not_read_on():
+    """Seen: the lean transport read 200 MB of headers (RSS 489 MB) and counted a success."""
+
+    def huge_headers(server, conn, index):
+        server.read_request(conn)
+        try:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n")
+            for i in range(256):  # 1 MB of headers, then a valid body
+                conn.sendall(b"X-Junk-%d: " % i + b"x" * 4000 + b"\r\n")
+            conn.sendall(b"\r\n" + CHUNKED_OK.split(b"\r\n\r\n", 1)[1])
+        except OSError:
+            pass  # the client hung up
+
+    server = ScriptedServer(huge_headers)
+    client = httpx2.Client(transport=LeanTransport())
+    with pytest.raises(httpx2.RemoteProtocolError, match="response headers over 65536 bytes"):
+        post(client, server.url)
+    server.close()
+
+
+def test_protocol_errors_are_bad_responses_not_refusals():
+    """Seen: a malformed response counted as "connection refused" and --stop-after-refused-s ended a
+    run with "no server ... (did it die?)" while the server answered every request."""
+    from vllm_locust.client import connection_refused, describe_error, failure_kind
+
+    def bad_chunk(server, conn, index):
+        server.read_request(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\ndata\r\n")
+        conn.close()
+
+    server = ScriptedServer(bad_chunk)
+    for transport in ("lean", "httpx"):
+        client = make_client(f"http://127.0.0.1:{server.port}", "", 5, 5, transport=transport)
+        with pytest.raises(Exception) as caught:
+            with client.chat.completions.with_streaming_response.create(model="m", messages=[], stream=True) as r:
+                list(r.http_response.iter_raw())
+        message = describe_error(caught.value, 5)
+        assert message.startswith("bad response: "), (transport, message)
+        assert failure_kind(message) == "bad_response"
+        assert not connection_refused(caught.value), transport
+    server.close()
+    with pytest.raises(Exception) as refused:
+        make_client("http://127.0.0.1:9", "", 5, 5).models.list()
+    assert connection_refused(refused.value) and describe_error(refused.value).startswith("connection failed")
+
+
+def test_every_request_asks_for_identity_encoding():
+    server = ScriptedServer(keep_alive)
+    for transport in ("lean", "httpx"):
+        client = make_client(f"http://127.0.0.1:{server.port}", "", 5, 5, transport=transport)
+        with client.chat.completions.with_streaming_response.create(model="m", messages=[], stream=True) as r:
+            list(r.http_response.iter_raw())
+    assert len(server.requests) == 2
+    for request in server.requests:
+        head = request.split(b"\r\n\r\n")[0].lower()
+        assert b"\r\naccept-encoding: identity" in head and b"gzip" not in head, head
+    server.close()

@@ -1,0 +1,66 @@
+"""Refuse, before any prompt is built, a workload whose requests the model cannot take.
+
+vLLM lists each served model's ``max_model_len`` in ``GET /v1/models`` and answers HTTP 400 to a
+request whose prompt plus ``max_tokens`` exceeds it. ``--prompt-tokens 10000000`` had spent the
+run building a 10M-token prompt (82 s for ``-t 10s``, 1 GB, every request then refused): checked
+here first, it is one line and exit 2. A server that does not list the length is not checked.
+"""
+
+from __future__ import annotations
+
+import requests
+
+from . import bounds
+from .client import ServerCheckError, api_base
+from .options import workload_spec
+from .workloads import WorkloadSpec
+
+
+def model_max_len(host: str, model: str, api_key: str = "", timeout_s: float = 10.0) -> int | None:
+    """``max_model_len`` of ``model`` in the server's model list, or None when it does not say."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        entries = bounds.get(api_base(host) + "/models", headers, timeout_s).json()["data"]
+    except (requests.RequestException, ValueError, KeyError, TypeError):
+        return None  # resolve_model has said what is wrong with the list, if anything
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            value = entry.get("max_model_len")
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return None
+
+
+def longest_prompt(spec: WorkloadSpec) -> tuple[int, str]:
+    """The longest prompt the workload builds, in tokens, and the options that set it."""
+    if spec.name == "shared-prefix":
+        return spec.prefix_tokens + spec.prompt_tokens, f"--prefix-tokens {spec.prefix_tokens} + --prompt-tokens {spec.prompt_tokens}"
+    if spec.name == "mixed" and spec.long_fraction > 0 and spec.long_prompt_tokens > spec.prompt_tokens:
+        return spec.long_prompt_tokens, f"--long-prompt-tokens {spec.long_prompt_tokens}"
+    return spec.prompt_tokens, f"--prompt-tokens {spec.prompt_tokens}"
+
+
+def too_long(spec: WorkloadSpec, model: str, max_len: int | None) -> str | None:
+    """One line when the longest request (prompt plus ``max_tokens``) exceeds ``max_len``."""
+    if max_len is None:
+        return None
+    prompt, source = longest_prompt(spec)
+    if prompt + spec.max_tokens <= max_len:
+        return None
+    return (f"{source} with --max-tokens {spec.max_tokens} needs {prompt + spec.max_tokens} tokens of context; "
+            f"{model} takes at most {max_len} (max_model_len in GET /v1/models): the server would refuse every request")
+
+
+def check_fits(host: str, model: str, spec: WorkloadSpec, api_key: str = "") -> None:
+    """Raise ``ServerCheckError`` with one line when the workload does not fit the model."""
+    problem = too_long(spec, model, model_max_len(host, model, api_key))
+    if problem:
+        raise ServerCheckError(problem)
+
+
+def fits_model(host: str, options) -> None:
+    """``check_fits`` for a run's options; options that do not make a workload are refused later, by name."""
+    try:
+        spec = workload_spec(options)
+    except (ValueError, TypeError):
+        return
+    check_fits(host, options.model, spec, getattr(options, "api_key", "") or "")
