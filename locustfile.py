@@ -8,10 +8,10 @@ All options: ``locust -f locustfile.py --help`` (group "vllm-locust" in the READ
 
 from locust import events
 
-from vllm_locust.options import add_options
-from vllm_locust.plugin import VllmPlugin
-from vllm_locust.shapes import ConcurrencySteps  # noqa: F401  (used only when --steps is set)
-from vllm_locust.user import ChatStreamUser  # noqa: F401
+from vllm_locust.plugin.options import add_options
+from vllm_locust.plugin.vllm_plugin import VllmPlugin
+from vllm_locust.plugin.shapes import ConcurrencySteps  # noqa: F401  (used only when --steps is set)
+from vllm_locust.plugin.user import ChatStreamUser  # noqa: F401
 
 events.init_command_line_parser.add_listener(add_options)
 events.init.add_listener(VllmPlugin.on_init)

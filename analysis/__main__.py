@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vllm_locust.schema import IDS, SUMMARY, level_name, pct_col, write_atomic
+from vllm_locust.core.schema import IDS, SUMMARY, level_name, pct_col, write_atomic
 
 from .advice import client_lag_advice
 from .attribution import attribution_table

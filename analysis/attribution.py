@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from vllm_locust.schema import SERVER, SUMMARY, VLLM
+from vllm_locust.core.schema import SERVER, SUMMARY, VLLM
 
 
 def _fmt(x: float, unit: str = " ms") -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import E2E, ITL, REQUEST, RUN, SAMPLE, TPOT, TTFT, write_atomic
+from vllm_locust.core.schema import E2E, ITL, REQUEST, RUN, SAMPLE, TPOT, TTFT, write_atomic
 
 from .load import AnalysisError, Run
 from .validate import BadRunFile, check_fields

@@ -6,7 +6,7 @@ import pandas as pd
 
 import numpy as np
 
-from vllm_locust.schema import IDS, PER_RUN, REQUEST
+from vllm_locust.core.schema import IDS, PER_RUN, REQUEST
 
 from .advice import client_lag_advice
 from .load import Run

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from vllm_locust.schema import COMPARISON, IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, TTFT, level_name  # noqa: E402
+from vllm_locust.core.schema import COMPARISON, IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, TTFT, level_name  # noqa: E402
 
 from .server import series  # noqa: E402
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import IDS, ITL, REQUEST, SAMPLE
+from vllm_locust.core.schema import IDS, ITL, REQUEST, SAMPLE
 
 from .tidy import failed, output_tokens, succeeded
 

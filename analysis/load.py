@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vllm_locust.schema import (CLIENT, CLIENT_PREFIX, FAILURE_RECORD, INCOMPLETE, LOAD_RECORD_PREFIX, MANIFEST,
+from vllm_locust.core.schema import (CLIENT, CLIENT_PREFIX, FAILURE_RECORD, INCOMPLETE, LOAD_RECORD_PREFIX, MANIFEST,
                                 MEASURED, METRICS_CSV, OPTIONAL_REQUEST_COLUMNS, OPTIONAL_SAMPLE_COLUMNS, REQUEST,
                                 REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE, SAMPLES_PREFIX, SERVER, ClientRow, FailureRecord,
                                 LoadRecord, Manifest, PhaseChange, RequestRow, RunRecord, SampleRow)

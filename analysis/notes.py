@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vllm_locust.schema import IDS, ITL, LEVEL, SAMPLE, SUMMARY, level_name, pct_col
+from vllm_locust.core.schema import IDS, ITL, LEVEL, SAMPLE, SUMMARY, level_name, pct_col
 
 from .markup import fmt_number
 
@@ -58,7 +58,7 @@ COALESCED_MS = 0.01  # an ITL gap under this is no decode step: the chunks arriv
 
 def coalesced_gap_notes(samples: pd.DataFrame) -> list[str]:
     """Per label and level, the share of ITL gaps under 0.01 ms, and what they are. The suite stamps
-    each socket read once, when it returns (``vllm_locust.sse.stamped_payloads``): every chunk that
+    each socket read once, when it returns (``vllm_locust.core.sse.stamped_payloads``): every chunk that
     one read completed gets the same instant, a gap of 0; reads that return back to back from the
     kernel's buffer differ by microseconds. Either way the server (its API process flushing
     several chunks at once) or the network (Nagle, proxies) coalesced the chunks."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import REQUEST, write_atomic
+from vllm_locust.core.schema import REQUEST, write_atomic
 
 from .load import AnalysisError, Run, load_runs
 from .tidy import measured, output_tokens, succeeded

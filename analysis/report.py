@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vllm_locust.schema import SUMMARY, level_name, pct_col, write_atomic
+from vllm_locust.core.schema import SUMMARY, level_name, pct_col, write_atomic
 
 from .advice import client_lag_advice
 from .figures import (markers_in_windows, plot_distributions, plot_forest, plot_p95, plot_timeline,  # noqa: F401

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import PER_RUN, SERVER
+from vllm_locust.core.schema import PER_RUN, SERVER
 
 from .stats import counter_increase
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import (CLIENT, CPU_PCT, IDS, ITL, LEVEL, LOOP_LAG_MS, PER_RUN, REQUEST, RUN, SAMPLE,
+from vllm_locust.core.schema import (CLIENT, CPU_PCT, IDS, ITL, LEVEL, LOOP_LAG_MS, PER_RUN, REQUEST, RUN, SAMPLE,
                                 SPAWN_TO_SEND_MS, SUMMARY, TTFT, mean_col, pct_col)
 
 from . import server as server_stats

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vllm_locust.client import failure_kind
-from vllm_locust.schema import CLIENT, FAILURES, IDS, INTERRUPTED, LEVEL, MEASURED, REQUEST, SAMPLE, SERVER
+from vllm_locust.backend.client import failure_kind
+from vllm_locust.core.schema import CLIENT, FAILURES, IDS, INTERRUPTED, LEVEL, MEASURED, REQUEST, SAMPLE, SERVER
 
 from .load import AnalysisError, Run
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from vllm_locust.schema import COMPARISON, IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, VERDICT, level_name, pct_col
+from vllm_locust.core.schema import COMPARISON, IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, VERDICT, level_name, pct_col
 
 from .goodput import Slo, met_groups
 from .stats import bootstrap_ci, pct_change

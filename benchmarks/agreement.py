@@ -29,7 +29,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from vllm_locust.schema import INTERRUPTED  # noqa: E402
+from vllm_locust.core.schema import INTERRUPTED  # noqa: E402
 
 
 def children_cpu_s() -> float:

@@ -1,6 +1,6 @@
 """How far the suite's TTFT and ITL are from the truth, beside vLLM's own client on the same server.
 
-The truth is the exact-timing mock server's own record (``vllm_locust/mockserver.py``): when each
+The truth is the exact-timing mock server's own record (``vllm_locust/mock/server.py``): when each
 request arrived and when each chunk was handed to the socket, on the same monotonic clock. The
 clients are the real things: ``locust --headless`` on this project's locustfile (one process, or
 ``--processes N``), and ``vllm bench serve`` (vLLM's client, one asyncio process, run from the vLLM
@@ -26,7 +26,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from vllm_locust.mockserver import start_process  # noqa: E402
+from vllm_locust.mock.server import start_process  # noqa: E402
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
 

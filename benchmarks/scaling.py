@@ -31,7 +31,7 @@ def start_servers(n: int, args) -> tuple[list[subprocess.Popen], str]:
     port = free_port()
     procs = []
     for _ in range(n):
-        proc = subprocess.Popen([sys.executable, "-m", "vllm_locust.mockserver", "--port", str(port), "--reuse-port",
+        proc = subprocess.Popen([sys.executable, "-m", "vllm_locust.mock.server", "--port", str(port), "--reuse-port",
                                  "--ttft-ms", f"{args.ttft_ms:g}", "--itl-ms", f"{args.itl_ms:g}", "--tokens",
                                  str(args.tokens)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
         assert proc.stdout.readline().startswith("PORT "), "mock server did not start"

@@ -1,6 +1,6 @@
 """How precisely the suite sends open-loop requests at their intended instants, by rate and processes.
 
-Against the exact-timing mock server (``vllm_locust/mockserver.py``, fast: its streams end within
+Against the exact-timing mock server (``vllm_locust/mock/server.py``, fast: its streams end within
 a few ms, so the cap on requests in flight never holds a request back), ``locust --headless
 --request-rate R`` in one process or ``--processes N``. Per request the suite records when the
 schedule meant it to leave and when its first byte left; the table gives the send lateness
@@ -25,7 +25,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from vllm_locust.mockserver import start_process  # noqa: E402
+from vllm_locust.mock.server import start_process  # noqa: E402
 
 
 def one(server, rate: float, processes: int, args) -> dict:

@@ -26,7 +26,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from vllm_locust.mockserver import start_process  # noqa: E402
+from vllm_locust.mock.server import start_process  # noqa: E402
 
 
 def rss_mib(pid: int) -> float | None:

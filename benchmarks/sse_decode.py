@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from vllm_locust.sse import SseDecoder  # noqa: E402
+from vllm_locust.core.sse import SseDecoder  # noqa: E402
 
 
 def decode_once(event: bytes, read: int) -> tuple[float, int]:

@@ -35,7 +35,7 @@ from analysis.load import AnalysisError, load_runs
 from analysis.summary import runs_per_run, summarize
 from launch.server import ServerError
 from launch.sweep import Plan, Sweep, SweepError, _interrupt, log, parse_with_sweep, validate
-from vllm_locust.schema import SUMMARY, level_dir, pct_col
+from vllm_locust.core.schema import SUMMARY, level_dir, pct_col
 
 # The p95 column a threshold is judged on (open loop: from the intended send).
 JUDGED = {"ttft": (pct_col("TTFT_FROM_INTENDED", 95), pct_col("TTFT", 95)), "itl": (pct_col("ITL", 95),) * 2,

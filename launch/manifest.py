@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script by the server's Python
-from vllm_locust.schema import Manifest, write_json_atomic  # noqa: E402
+from vllm_locust.core.schema import Manifest, write_json_atomic  # noqa: E402
 
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 ENV_PREFIXES = ("VLLM_", "CUDA_", "NCCL_", "OMP_", "HF_", "TORCH_", "PYTORCH_")

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from vllm_locust.schema import MANIFEST, SERVER_LOG
+from vllm_locust.core.schema import MANIFEST, SERVER_LOG
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE_SH = ROOT / "launch" / "serve.sh"

@@ -7,7 +7,7 @@ each concurrency and repeat: reset the prefix cache, warm up, load it with Locus
     python -m launch.sweep --external-url http://127.0.0.1:8000 --label NAME [same options]
     python -m launch.sweep ... --request-rate 1,2,4,8 [--max-concurrency 256]   (open loop: rates, not streams)
 
-Layout (``vllm_locust.schema``): OUT/<label>/server-<time>/{manifest.json,server.log} and
+Layout (``vllm_locust.core.schema``): OUT/<label>/server-<time>/{manifest.json,server.log} and
 OUT/<label>/c<C>/r<R>/ (open loop: OUT/<label>/rate<X>/r<R>/) {run.json | failed.json, samples-*.csv, requests-*.csv, loadrun-*.json,
 locust_*.csv, metrics.csv, metrics-before.prom, metrics-after.prom, locust.log}. A run with
 run.json is done and never rerun or overwritten: rerun the same command to resume. A run that
@@ -34,12 +34,12 @@ import requests
 
 from launch.manifest import external_manifest
 from launch.server import ServerError, ServerProcess, last_line, serve_sh
-from vllm_locust.arrivals import parse_rates
-from vllm_locust.schema import (FAILURE_RECORD, INCOMPLETE, LOCUST_CSV_PREFIX, LOCUST_LOG, LOCUST_WORKERS_LOG,
+from vllm_locust.core.arrivals import parse_rates
+from vllm_locust.core.schema import (FAILURE_RECORD, INCOMPLETE, LOCUST_CSV_PREFIX, LOCUST_LOG, LOCUST_WORKERS_LOG,
                                 MANIFEST, METRICS_AFTER, METRICS_BEFORE, METRICS_CSV, RUN_RECORD, FailureRecord,
                                 RecordError, RunRecord, level_name, read_record, server_dir, sweep_run_dir,
                                 sweep_run_id, write_json_atomic)
-from vllm_locust.scraper import ScrapeThread, snapshot
+from vllm_locust.backend.scraper import ScrapeThread, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = ROOT / "locustfile.py"
@@ -450,7 +450,7 @@ class Sweep:
 
     def prepare(self, url: str, label: str) -> None:
         """Build the workload's prompts once per server, before any run spends its warm-up on it."""
-        proc = subprocess.run([sys.executable, "-m", "vllm_locust.prepare", "--host", url, *self.args.locust_args],
+        proc = subprocess.run([sys.executable, "-m", "vllm_locust.plugin.prepare", "--host", url, *self.args.locust_args],
                               capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
             raise ServerError(f"{label}: cannot build the workload: {last_line(proc.stderr).removeprefix('prepare: ')}")

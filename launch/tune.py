@@ -44,7 +44,7 @@ from analysis.summary import runs_per_run, summarize
 from analysis.verdict import Rule, compare, trust_of, verdicts
 from launch.server import ServerError
 from launch.sweep import LABEL_CHARS, Plan, Sweep, SweepError, _interrupt, log, parse_with_sweep, validate
-from vllm_locust.schema import COMPARISON, VERDICT, level_name, pct_col, write_atomic
+from vllm_locust.core.schema import COMPARISON, VERDICT, level_name, pct_col, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 PATH_COLUMNS = ("step", "knob", "value", "candidate", "against", "repeats", "verdict", "kept", "level",

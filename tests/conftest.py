@@ -1,4 +1,4 @@
-"""Shared fixtures: the package's exact-timing mock server (``vllm_locust.mockserver``)."""
+"""Shared fixtures: the package's exact-timing mock server (``vllm_locust.mock.server``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_locust.mockserver import start_process  # noqa: E402
+from vllm_locust.mock.server import start_process  # noqa: E402
 
 
 def free_port() -> int:

@@ -125,7 +125,7 @@ def test_a_client_that_fell_behind_makes_its_runs_and_verdict_untrusted(two_spee
     the verdict built on it (whatever the machine's real lag was during the recording)."""
     import shutil
 
-    from vllm_locust.schema import LOOP_LAG_MS, MEASURED
+    from vllm_locust.core.schema import LOOP_LAG_MS, MEASURED
 
     moved = tmp_path / "late"
     shutil.copytree(two_speeds, moved)

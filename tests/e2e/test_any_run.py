@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from vllm_locust.schema import LOAD_RECORD_PREFIX, SUMMARY
+from vllm_locust.core.schema import LOAD_RECORD_PREFIX, SUMMARY
 
 ROOT = Path(__file__).resolve().parents[2]
 LOAD = ["--max-tokens", "8", "--prompt-tokens", "32", "--prompt-pool", "8"]

@@ -3,7 +3,7 @@
 import pytest
 
 from tests.unit.test_user import ITL_MS, TTFT_MS, by_name, make_env
-from vllm_locust.user import ChatStreamUser
+from vllm_locust.plugin.user import ChatStreamUser
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])

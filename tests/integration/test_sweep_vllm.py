@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from vllm_locust.schema import INTERRUPTED
+from vllm_locust.core.schema import INTERRUPTED
 
 from .conftest import ROOT, free_port, require_vllm
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from vllm_locust.mockserver import start_in_thread
+from vllm_locust.mock.server import start_in_thread
 
 
 @pytest.fixture(scope="session")

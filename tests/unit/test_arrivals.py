@@ -9,8 +9,8 @@ import gevent
 import numpy as np
 import pytest
 
-from vllm_locust.arrivals import Segment, offsets, parse_rates
-from vllm_locust.pacer import Pacer
+from vllm_locust.core.arrivals import Segment, offsets, parse_rates
+from vllm_locust.plugin.pacer import Pacer
 
 
 def gaps(rate, burstiness, n=20000, seed=3):

@@ -6,8 +6,8 @@ import math
 import pandas as pd
 
 from analysis.attribution import attribute
-from vllm_locust.schema import SERVER
-from vllm_locust.scraper import tidy_rows
+from vllm_locust.core.schema import SERVER
+from vllm_locust.backend.scraper import tidy_rows
 
 
 def row(**kw):

@@ -7,9 +7,9 @@ import gevent
 import locust.stats
 import pytest
 
-from vllm_locust import buckets
-from vllm_locust.audit import ClientAudit, cpu_pct, overshoot_ms
-from vllm_locust.schema import CPU_PCT, LOOP_LAG_MS, MEASURED, SPAWN_TO_SEND_MS
+from vllm_locust.plugin import buckets
+from vllm_locust.plugin.audit import ClientAudit, cpu_pct, overshoot_ms
+from vllm_locust.core.schema import CPU_PCT, LOOP_LAG_MS, MEASURED, SPAWN_TO_SEND_MS
 
 
 @contextmanager
@@ -75,7 +75,7 @@ def test_locusts_total_counts_requests_not_samples():
     from locust.env import Environment
     from locust.event import Events
 
-    from vllm_locust.buckets import requests_only_total
+    from vllm_locust.plugin.buckets import requests_only_total
 
     env = Environment(events=Events())
     runner = env.create_local_runner()
@@ -144,7 +144,7 @@ def test_the_loop_lag_advice_depends_on_what_is_in_use(caplog, processes, worker
 
     from locust.runners import WorkerRunner
 
-    from vllm_locust.plugin import VllmPlugin
+    from vllm_locust.plugin.vllm_plugin import VllmPlugin
 
     class Worker(WorkerRunner):  # a worker's runner, without a master to connect to
         def __init__(self):
@@ -158,7 +158,7 @@ def test_the_loop_lag_advice_depends_on_what_is_in_use(caplog, processes, worker
     plugin.environment = SimpleNamespace(runner=runner, parsed_options=Namespace(
         max_loop_lag_ms=2.0, processes=processes, worker=worker))
     plugin.worker_id, plugin.measured_lag_ms = "host-1", [0.5] * 90 + [30.0] * 10
-    with caplog.at_level("WARNING", logger="vllm_locust.plugin"):
+    with caplog.at_level("WARNING", logger="vllm_locust.plugin.vllm_plugin"):
         plugin.warn_if_late()
     [line] = [r.getMessage() for r in caplog.records]
     assert "client fell behind" in line and advice in line, line

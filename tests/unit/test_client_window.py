@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from vllm_locust.client_window import CAP, ClientSeries, ClientWindow, percentile
-from vllm_locust.schema import E2E, ITL, TTFT
+from vllm_locust.core.client_window import CAP, ClientSeries, ClientWindow, percentile
+from vllm_locust.core.schema import E2E, ITL, TTFT
 
 
 def test_percentile_matches_numpy():

@@ -25,7 +25,7 @@ def expand(args: list[str], env: list[dict]) -> list[str]:
 def parse(args: list[str]):
     from locust.argument_parser import get_parser
 
-    from vllm_locust.options import add_options
+    from vllm_locust.plugin.options import add_options
 
     parser = get_parser()
     add_options(parser)

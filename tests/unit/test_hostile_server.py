@@ -13,9 +13,9 @@ import logging
 import gevent
 import pytest
 
-from vllm_locust.client import ServerCheckError, failure_kind, served_models, serves_continuous_usage
-from vllm_locust.plugin import VllmPlugin
-from vllm_locust.user import ChatStreamUser
+from vllm_locust.backend.client import ServerCheckError, failure_kind, served_models, serves_continuous_usage
+from vllm_locust.plugin.vllm_plugin import VllmPlugin
+from vllm_locust.plugin.user import ChatStreamUser
 
 from .test_user import make_env, read_csv, run_requests
 
@@ -85,7 +85,7 @@ def test_a_gzip_bomb_on_the_model_list_is_refused_unread(fake_server):
 
 
 def test_a_body_past_the_byte_cap_is_refused(fake_server):
-    from vllm_locust import bounds
+    from vllm_locust.backend import bounds
 
     with pytest.raises(bounds.ResponseRefused, match=r"^bad response: body over 20 bytes$"):
         bounds.get(fake_server.url + "/metrics", max_bytes=20)
@@ -176,19 +176,20 @@ def test_a_run_whose_every_request_failed_exits_2_with_the_kinds(fake_server, tm
 
 def test_a_prompt_longer_than_max_model_len_is_refused_before_it_is_built(fake_server, tmp_path, capsys, monkeypatch):
     """Seen: --prompt-tokens 10000000 spent 82 s of a 10 s run building the prompt (1.06 GB)."""
-    from vllm_locust import prepare, workloads
+    from vllm_locust.plugin import prepare
+    from vllm_locust.core import workloads
 
     fake_server.configure(max_model_len=4096)
 
     def never(*args, **kwargs):
         raise AssertionError("no prompt is built for a workload the model cannot take")
 
-    monkeypatch.setattr("vllm_locust.context.load_or_build", never)
+    monkeypatch.setattr("vllm_locust.plugin.context.load_or_build", never)
     code = prepare.main(["--host", fake_server.url, "--prompt-tokens", "10000000", "--prompt-cache-dir", ""])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert "--prompt-tokens 10000000 with --max-tokens 128 needs 10000128 tokens" in err[0] and "4096" in err[0]
-    monkeypatch.setattr("vllm_locust.context.load_or_build", workloads.load_or_build)
+    monkeypatch.setattr("vllm_locust.plugin.context.load_or_build", workloads.load_or_build)
     assert prepare.main(["--host", fake_server.url, "--prompt-tokens", "30", "--prompt-pool", "2",
                          "--prompt-cache-dir", ""]) == 0, "a prompt that fits is built"
 
@@ -197,7 +198,7 @@ def test_the_run_itself_refuses_a_prompt_the_model_cannot_take(fake_server, tmp_
     from locust.env import Environment
     from locust.event import Events
 
-    from vllm_locust.options import defaults
+    from vllm_locust.plugin.options import defaults
 
     fake_server.configure(max_model_len=512)
     env = Environment(events=Events(), host=fake_server.url,
@@ -217,8 +218,8 @@ def test_the_run_itself_refuses_a_prompt_the_model_cannot_take(fake_server, tmp_
 
 def test_the_tokenizer_and_the_scraper_ask_for_identity_too(fake_server):
     """/tokenize and /metrics are read by plain requests as well: identity encoding, bounded bodies."""
-    from vllm_locust.scraper import fetch
-    from vllm_locust.tokencount import ServerTokenCounter
+    from vllm_locust.backend.scraper import fetch
+    from vllm_locust.backend.tokencount import ServerTokenCounter
 
     fake_server.configure()
     counter = ServerTokenCounter(fake_server.url, "fake-model")

@@ -1,4 +1,4 @@
-from vllm_locust.metrics import gaps_ms, request_metrics, tpot_ms
+from vllm_locust.core.metrics import gaps_ms, request_metrics, tpot_ms
 
 
 def test_request_metrics_from_scripted_clock():

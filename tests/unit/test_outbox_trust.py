@@ -21,10 +21,10 @@ from locust.event import Events
 from locust.rpc import Message
 from locust.runners import WorkerNode
 
-from vllm_locust.options import defaults
-from vllm_locust.outbox import REPORT_KEY as ROWS_KEY
-from vllm_locust.plugin import HELLO_MESSAGE, VllmPlugin
-from vllm_locust.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
+from vllm_locust.plugin.options import defaults
+from vllm_locust.plugin.outbox import REPORT_KEY as ROWS_KEY
+from vllm_locust.plugin.vllm_plugin import HELLO_MESSAGE, VllmPlugin
+from vllm_locust.core.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
 
 RUN = "run-now"
 TOKEN = "s3cret-worker-token"
@@ -286,7 +286,7 @@ def test_a_worker_signs_its_hello_and_every_report_with_its_own_token(tmp_path, 
 def parse(args, monkeypatch, env=None):
     from locust.argument_parser import get_parser
 
-    from vllm_locust.options import add_options
+    from vllm_locust.plugin.options import add_options
 
     for key, value in (env or {}).items():
         monkeypatch.setenv(key, value)
@@ -306,7 +306,7 @@ def test_processes_binds_its_master_to_loopback(monkeypatch):
 
 
 def test_worker_token_is_an_option_kept_out_of_the_web_ui(monkeypatch):
-    from vllm_locust.options import SECRET_OPTIONS
+    from vllm_locust.plugin.options import SECRET_OPTIONS
 
     assert parse(["--worker-token", "t"], monkeypatch).worker_token == "t"
     assert parse([], monkeypatch, {"LOCUST_WORKER_TOKEN": "e"}).worker_token == "e"

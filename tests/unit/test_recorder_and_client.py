@@ -3,11 +3,11 @@ import csv
 import httpx2
 import openai
 
-from vllm_locust.client import api_base, describe_error, server_message
+from vllm_locust.backend.client import api_base, describe_error, server_message
 import pytest
 
-from vllm_locust.recorder import REQUEST_COLUMNS, SAMPLE_COLUMNS, SampleRecorder
-from vllm_locust.schema import RequestRow, SampleRow
+from vllm_locust.plugin.recorder import REQUEST_COLUMNS, SAMPLE_COLUMNS, SampleRecorder
+from vllm_locust.core.schema import RequestRow, SampleRow
 
 
 def sample_row(**kw):
@@ -22,7 +22,7 @@ def request_row(**kw):
                 completion_tokens=4, content_chunks=4, finish_reason="length", error="", phase="measured",
                 concurrency=1, step=0)
     return RequestRow(**{**base, **kw})
-from vllm_locust.stream import StreamError
+from vllm_locust.core.stream import StreamError
 
 
 def test_recorder_flushes_each_request_and_appends(tmp_path):
@@ -85,7 +85,7 @@ def test_a_failed_requests_time_stays_out_of_locusts_percentiles():
     from locust.env import Environment
     from locust.event import Events
 
-    from vllm_locust.reporting import RequestInfo, RequestReport
+    from vllm_locust.core.reporting import RequestInfo, RequestReport
 
     env = Environment(events=Events())
     env.create_local_runner()
@@ -102,7 +102,7 @@ def test_a_failed_requests_time_stays_out_of_locusts_percentiles():
 def test_an_interrupted_atomic_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from vllm_locust.schema import write_atomic
+    from vllm_locust.core.schema import write_atomic
 
     target = write_atomic(tmp_path / "summary.csv", "a,b\n1,2\n")
 

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_locust.options import defaults, parse_steps, workload_spec
-from vllm_locust.schema import MEASURED, WARMUP
-from vllm_locust.shapes import schedule_at
+from vllm_locust.plugin.options import defaults, parse_steps, workload_spec
+from vllm_locust.core.schema import MEASURED, WARMUP
+from vllm_locust.plugin.shapes import schedule_at
 
 
 def test_schedule_walks_steps_with_warmup_then_measured():
@@ -36,7 +36,7 @@ def test_options_from_the_web_ui_arrive_as_strings():
 def test_every_option_is_registered_with_locust():
     from locust.argument_parser import get_parser
 
-    from vllm_locust.options import OPTIONS, add_options
+    from vllm_locust.plugin.options import OPTIONS, add_options
 
     parser = get_parser()
     add_options(parser)
@@ -54,7 +54,7 @@ def test_one_request_rate_is_not_a_step_sequence():
     cap on requests in flight, -t the run time. Several rates, or --steps, are steps."""
     from argparse import Namespace
 
-    from vllm_locust.shapes import steps_note, wants_steps
+    from vllm_locust.plugin.shapes import steps_note, wants_steps
 
     def opts(**kw):
         return Namespace(**{"steps": "", "request_rate": "", "num_users": None, "run_time": None, **kw})
@@ -78,7 +78,7 @@ def test_option_help_reads_right_in_argparse_and_the_web_form():
     needs ``%%``. Help without ``%`` reads the same in both."""
     from locust.argument_parser import get_parser
 
-    from vllm_locust.options import OPTIONS, add_options, markdown_table
+    from vllm_locust.plugin.options import OPTIONS, add_options, markdown_table
 
     for flag, kwargs in OPTIONS:
         assert "%" not in kwargs.get("help", ""), flag

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vllm_locust.sse import EventTooLarge, SseDecoder
+from vllm_locust.core.sse import EventTooLarge, SseDecoder
 
 CHEAP = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

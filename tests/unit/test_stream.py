@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from vllm_locust.sse import SseDecoder, stamped_payloads
-from vllm_locust.stream import StreamError, StreamResult, consume
+from vllm_locust.core.sse import SseDecoder, stamped_payloads
+from vllm_locust.core.stream import StreamError, StreamResult, consume
 
 
 def event(payload) -> bytes:
@@ -94,7 +94,7 @@ def test_malformed_chunks_and_error_events():
 
 def test_more_content_than_max_tokens_is_a_named_failure_and_stops_reading():
     """Seen: a stream that never sent finish_reason delivered 5,816 chunks for --max-tokens 8."""
-    from vllm_locust.stream import StreamLimits
+    from vllm_locust.core.stream import StreamLimits
 
     def endless():
         for i in range(100_000):
@@ -109,7 +109,7 @@ def test_more_content_than_max_tokens_is_a_named_failure_and_stops_reading():
 
 
 def test_the_servers_own_running_count_past_max_tokens_is_the_same_failure():
-    from vllm_locust.stream import StreamLimits
+    from vllm_locust.core.stream import StreamLimits
 
     payloads = at([1, 2], [chat("a", usage=1), chat("b", usage=50)])  # one chunk claims 49 tokens
     with pytest.raises(StreamError, match="more than max_tokens=8 tokens .*50 tokens by its usage count"):
@@ -117,7 +117,7 @@ def test_the_servers_own_running_count_past_max_tokens_is_the_same_failure():
 
 
 def test_an_event_over_the_limit_is_a_stream_error_with_its_name():
-    from vllm_locust.stream import StreamLimits, read_stream
+    from vllm_locust.core.stream import StreamLimits, read_stream
 
     class Response:
         headers = {"content-type": "text/event-stream"}
@@ -132,7 +132,7 @@ def test_an_event_over_the_limit_is_a_stream_error_with_its_name():
 
 
 def test_a_body_in_an_encoding_not_asked_for_is_refused_by_name():
-    from vllm_locust.stream import read_stream
+    from vllm_locust.core.stream import read_stream
 
     class Gzipped:
         headers = {"content-encoding": "gzip"}

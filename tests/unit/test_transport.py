@@ -6,9 +6,9 @@ import threading
 import httpx2
 import pytest
 
-from vllm_locust.client import make_client
-from vllm_locust.transport import LeanTransport
-from vllm_locust.wire import WireClock
+from vllm_locust.backend.client import make_client
+from vllm_locust.backend.transport import LeanTransport
+from vllm_locust.backend.wire import WireClock
 
 CHUNKED_OK = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
               b"8\r\ndata:1\r\n\r\n" b"8\r\ndata:2\r\n\r\n" b"0\r\n\r\n")
@@ -192,7 +192,7 @@ def test_response_headers_past_the_cap_are_refused_not_read_on():
 def test_protocol_errors_are_bad_responses_not_refusals():
     """Seen: a malformed response counted as "connection refused" and --stop-after-refused-s ended a
     run with "no server ... (did it die?)" while the server answered every request."""
-    from vllm_locust.client import connection_refused, describe_error, failure_kind
+    from vllm_locust.backend.client import connection_refused, describe_error, failure_kind
 
     def bad_chunk(server, conn, index):
         server.read_request(conn)

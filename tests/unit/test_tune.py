@@ -5,7 +5,7 @@ import pytest
 
 from launch.sweep import SweepError
 from launch.tune import BEATS, WORSE, candidate_name, decide, read_knobs
-from vllm_locust.schema import COMPARISON, VERDICT
+from vllm_locust.core.schema import COMPARISON, VERDICT
 
 
 def test_knobs_are_flag_names_and_plain_values(tmp_path):

@@ -6,11 +6,11 @@ import pytest
 from locust.env import Environment
 from locust.event import Events
 
-from vllm_locust.options import defaults
-from vllm_locust.recorder import SampleRecorder
-from vllm_locust.plugin import VllmPlugin
-from vllm_locust.schema import INTERRUPTED, WARMUP
-from vllm_locust.user import ChatStreamUser
+from vllm_locust.plugin.options import defaults
+from vllm_locust.plugin.recorder import SampleRecorder
+from vllm_locust.plugin.vllm_plugin import VllmPlugin
+from vllm_locust.core.schema import INTERRUPTED, WARMUP
+from vllm_locust.plugin.user import ChatStreamUser
 
 
 # Short waits: after a long idle a VM's vCPU wakes slowly (about 1 ms here), which is noise of the
@@ -111,7 +111,7 @@ def test_each_fault_before_or_in_the_stream_has_its_own_message(fake_server, tmp
     failures = [e for e in fired if e["exception"] is not None]
     assert len(failures) == 1 and str(failures[0]["exception"]).startswith(message), str(failures[0]["exception"])
     assert read_csv(tmp_path / "requests-r1-w1.csv")[0]["error"] == str(failures[0]["exception"])
-    from vllm_locust.client import failure_kind
+    from vllm_locust.backend.client import failure_kind
 
     assert failure_kind(str(failures[0]["exception"])) == {"http500": "http_5xx", "http429": "http_429",
                                                            "reset": "connection", "shape": "malformed_chunk"}[mode]

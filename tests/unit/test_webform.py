@@ -2,8 +2,8 @@
 
 import pytest
 
-from vllm_locust.options import defaults
-from vllm_locust.webform import form_errors
+from vllm_locust.plugin.options import defaults
+from vllm_locust.plugin.webform import form_errors
 
 
 @pytest.mark.parametrize("form,shaped,message", [

@@ -1,8 +1,8 @@
 import pytest
 
 from launch.make_tiny_model import write_model
-from vllm_locust.tokencount import LocalTokenCounter, WordCounter
-from vllm_locust.workloads import (ExactBuilder, PromptLengthError, WorkloadSpec, build_prompts, build_workload,
+from vllm_locust.backend.tokencount import LocalTokenCounter, WordCounter
+from vllm_locust.core.workloads import (ExactBuilder, PromptLengthError, WorkloadSpec, build_prompts, build_workload,
                                    load_or_build)
 
 

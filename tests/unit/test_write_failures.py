@@ -16,13 +16,13 @@ from locust.event import Events
 from locust.rpc import Message
 from locust.runners import WorkerNode
 
-from vllm_locust import wholelines
-from vllm_locust.live_metrics import LiveMetrics
-from vllm_locust.mockserver import start_in_thread
-from vllm_locust.options import defaults
-from vllm_locust.outbox import REPORT_KEY as ROWS_KEY
-from vllm_locust.plugin import HELLO_MESSAGE, VllmPlugin
-from vllm_locust.recorder import SampleRecorder
+from vllm_locust.core import wholelines
+from vllm_locust.plugin.live_metrics import LiveMetrics
+from vllm_locust.mock.server import start_in_thread
+from vllm_locust.plugin.options import defaults
+from vllm_locust.plugin.outbox import REPORT_KEY as ROWS_KEY
+from vllm_locust.plugin.vllm_plugin import HELLO_MESSAGE, VllmPlugin
+from vllm_locust.plugin.recorder import SampleRecorder
 
 from .test_recorder_and_client import request_row, sample_row
 
@@ -134,7 +134,7 @@ def test_the_master_stops_the_run_once_when_its_workers_rows_cannot_be_written(t
         def full(*_args):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr("vllm_locust.plugin.write_received", full)
+        monkeypatch.setattr("vllm_locust.plugin.vllm_plugin.write_received", full)
         with caplog.at_level(logging.ERROR):
             for _ in range(3):
                 plugin.on_worker_report("worker-1", {ROWS_KEY: {"samples-r-w.csv": "a\n"}})
@@ -182,7 +182,7 @@ def test_a_user_killed_mid_stream_dies_even_when_recording_its_row_raises(fake_s
     from gevent import GreenletExit
 
     from .test_user import make_env
-    from vllm_locust.user import ChatStreamUser
+    from vllm_locust.plugin.user import ChatStreamUser
 
     class Broken(SampleRecorder):
         def request(self, row):

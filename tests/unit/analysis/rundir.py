@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from vllm_locust.schema import (CPU_PCT, E2E, ITL, LOOP_LAG_MS, MEASURED, METRICS_CSV, RUN_RECORD, SERVER, TPOT, TTFT,
+from vllm_locust.core.schema import (CPU_PCT, E2E, ITL, LOOP_LAG_MS, MEASURED, METRICS_CSV, RUN_RECORD, SERVER, TPOT, TTFT,
                                 ClientRow, LoadRecord, PhaseChange, RequestRow, RunRecord, SampleRow, client_file,
                                 load_record_file, names_of, requests_file, samples_file, sweep_run_dir, sweep_run_id)
 

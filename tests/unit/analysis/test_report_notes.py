@@ -3,7 +3,7 @@
 import pandas as pd
 
 from analysis.report import markers_in_windows, number_notes
-from vllm_locust.schema import PER_RUN
+from vllm_locust.core.schema import PER_RUN
 
 
 def summary_row(**values):

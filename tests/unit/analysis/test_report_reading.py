@@ -223,7 +223,7 @@ def test_a_lagging_client_on_a_shared_core_is_not_told_to_add_workers(tmp_path):
 
 def test_the_waiting_gauge_is_called_unmeasured_only_when_it_read_0_throughout():
     from analysis.attribution import attribution_table
-    from vllm_locust.schema import SERVER
+    from vllm_locust.core.schema import SERVER
 
     row = dict(profile="p", request_rate=0.0, concurrency=4, server_queue_ms=300.0, server_prefill_ms=50.0,
                server_decode_ms=400.0, max_num_requests_waiting=0.0, mean_ttft_ms=380.0, server_ttft_mean_ms=360.0,

@@ -13,7 +13,7 @@ from analysis.goodput import parse_slo
 from analysis.load import Run, measured_spans
 from analysis.summary import per_run
 from analysis.tidy import successful_samples, tidy_completions, tidy_requests, tidy_samples
-from vllm_locust.schema import INTERRUPTED
+from vllm_locust.core.schema import INTERRUPTED
 
 T0, WARMUP_END, STOP = 1000.0, 1003.0, 1013.0
 

@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 
 from . import websecurity
-from .controls import reset_prefix_cache
+from ..backend.controls import reset_prefix_cache
 
 TAB_KEY = "vllm-server"
 TAB_TITLE = "vLLM server"

@@ -18,8 +18,8 @@ from operator import attrgetter
 from pathlib import Path
 
 from .outbox import ForwardFile, Outbox
-from .schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
-from .wholelines import AppendFile, describe
+from ..core.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
+from ..core.wholelines import AppendFile, describe
 
 SAMPLE_COLUMNS = names_of(SampleRow)
 REQUEST_COLUMNS = names_of(RequestRow)

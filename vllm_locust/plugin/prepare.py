@@ -1,6 +1,6 @@
 """Build and cache a workload's prompts before a run, so no run spends its warm-up on it.
 
-    python -m vllm_locust.prepare --host http://127.0.0.1:8000 [the run's Locust options]
+    python -m vllm_locust.plugin.prepare --host http://127.0.0.1:8000 [the run's Locust options]
 
 Takes the same options as the locustfile (unknown ones are ignored) and prints one line.
 """
@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 from locust.argument_parser import get_parser
 
-from .client import ServerCheckError, require_host, resolve_model
+from ..backend.client import ServerCheckError, require_host, resolve_model
 from .context import build_context
-from .modelfit import fits_model
+from ..backend.modelfit import fits_model
 from .options import add_options
 
 

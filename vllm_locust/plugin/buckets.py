@@ -19,7 +19,7 @@ import math
 
 import locust.stats
 
-from .schema import E2E
+from ..core.schema import E2E
 
 SIGNIFICANT_DIGITS = 3  # buckets of 0.1 to 1 percent of their value: 900 keys per decade at most
 

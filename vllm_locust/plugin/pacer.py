@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gevent.event import Event
 
-from .arrivals import Segment, offsets
+from ..core.arrivals import Segment, offsets
 
 @dataclass(frozen=True, slots=True)
 class Arrival:

@@ -5,8 +5,8 @@ seconds of the scrape), ``name`` (sample name, e.g. ``vllm:num_requests_waiting`
 ``vllm:time_to_first_token_seconds_bucket``), ``labels`` (JSON, sorted keys), ``value``. Only
 ``vllm:`` series are kept. Counters restart when the server does; the analysis takes differences.
 
-    python -m vllm_locust.scraper URL --out metrics.csv [--interval 1]   # until SIGTERM/SIGINT or its parent dies
-    python -m vllm_locust.scraper URL --snapshot metrics-before.prom     # raw text, once
+    python -m vllm_locust.backend.scraper URL --out metrics.csv [--interval 1]   # until SIGTERM/SIGINT or its parent dies
+    python -m vllm_locust.backend.scraper URL --snapshot metrics-before.prom     # raw text, once
 
 ``ScrapeThread`` does the same inside another program (the sweep). ``URL`` is the server (a
 trailing ``/v1`` is dropped: ``hosts.normalize_host``). Each scrape's rows are appended whole; a
@@ -28,10 +28,10 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from . import bounds
-from .hosts import normalize_host
+from ..core.hosts import normalize_host
 from .orphan import watch_parent
-from .schema import SERVER, VLLM_PREFIX
-from .wholelines import AppendFile, describe
+from ..core.schema import SERVER, VLLM_PREFIX
+from ..core.wholelines import AppendFile, describe
 
 COLUMNS = tuple(SERVER)
 PREFIX = VLLM_PREFIX

@@ -17,17 +17,17 @@ from gevent import GreenletExit
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from .client import (RequestFailure, ServerCheckError, connection_refused, describe_error, is_client_error,
+from ..backend.client import (RequestFailure, ServerCheckError, connection_refused, describe_error, is_client_error,
                      retry_after_s)
 from .context import LoadContext
-from .metrics import E2E, TPOT, StreamTimer, ms_between
+from ..core.metrics import E2E, TPOT, StreamTimer, ms_between
 from .pacer import Arrival
-from .plugin import VllmPlugin
-from .reporting import RequestReport, RequestInfo
-from .schema import INTERRUPTED, RequestRow
-from .sse import DEFAULT_MAX_EVENT_BYTES
-from .stream import StreamLimits, StreamResult, read_stream
-from .wire import WireClock
+from .vllm_plugin import VllmPlugin
+from ..core.reporting import RequestReport, RequestInfo
+from ..core.schema import INTERRUPTED, RequestRow
+from ..core.sse import DEFAULT_MAX_EVENT_BYTES
+from ..core.stream import StreamLimits, StreamResult, read_stream
+from ..backend.wire import WireClock
 
 MAX_BACKOFF_S = 1.0
 

@@ -32,15 +32,15 @@ import time
 from collections import deque
 from pathlib import Path
 
-from . import scraper
-from .hosts import normalize_host
-from .orphan import watch_parent
-from .schema import METRICS_CSV, SERVER, VLLM
-from .wholelines import AppendFile, describe
+from ..backend import scraper
+from ..core.hosts import normalize_host
+from ..backend.orphan import watch_parent
+from ..core.schema import METRICS_CSV, SERVER, VLLM
+from ..core.wholelines import AppendFile, describe
 
 HISTORY = 3600  # scrapes kept for the web UI (an hour at 1 s)
 STATUS_JSON, SERIES_CSV = "server-metrics.json", "server-metrics.csv"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WRITE_FAILED = 3  # the child's exit code when metrics.csv could not be written
 
 # Gauges, shown as they are (summed over label sets: one value per server).
@@ -206,7 +206,7 @@ class LiveMetrics:
         if samples_dir:
             samples_dir = os.path.abspath(samples_dir)  # the user's cwd decides, not the child's
             os.makedirs(samples_dir, exist_ok=True)
-        cmd = [sys.executable, "-m", "vllm_locust.live_metrics", self.url, "--interval", f"{interval_s:g}",
+        cmd = [sys.executable, "-m", "vllm_locust.plugin.live_metrics", self.url, "--interval", f"{interval_s:g}",
                "--out-dir", os.path.abspath(self.dir), *(["--samples-dir", samples_dir] if samples_dir else [])]
         env = dict(os.environ, VLLM_LOCUST_METRICS_KEY=api_key)  # never on a command line
         # stdin: a pipe the child reads to EOF, which comes when this process dies, however it dies.

@@ -12,8 +12,8 @@ import requests
 
 from . import bounds
 from .client import ServerCheckError, api_base
-from .options import workload_spec
-from .workloads import WorkloadSpec
+from ..plugin.options import workload_spec
+from ..core.workloads import WorkloadSpec
 
 
 def model_max_len(host: str, model: str, api_key: str = "", timeout_s: float = 10.0) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 
-from .hosts import normalize_host
+from ..core.hosts import normalize_host
 
 TIMEOUT_S = 10.0
 NOT_ALLOWED = ("the server does not serve POST /reset_prefix_cache: vLLM serves it only when started with "

@@ -28,16 +28,18 @@ import gevent
 import gevent.lock
 from locust.runners import MasterRunner, WorkerRunner
 
-from . import buckets, webtab
-from .arrivals import Segment, parse_rates
+from . import buckets
+
+from . import webtab
+from ..core.arrivals import Segment, parse_rates
 from .audit import ClientAudit, in_processes, lag_advice
-from .client import ServerCheckError, make_client, require_host, resolve_model
+from ..backend.client import ServerCheckError, make_client, require_host, resolve_model
 from .context import LoadContext, build_context, context_key
-from .client_window import REPORT_KEY, ClientSeries, ClientWindow
-from .hosts import normalize_host
+from ..core.client_window import REPORT_KEY, ClientSeries, ClientWindow
+from ..core.hosts import normalize_host
 from .live_metrics import LiveMetrics
-from .wholelines import describe as describe_write_error
-from .modelfit import fits_model
+from ..core.wholelines import describe as describe_write_error
+from ..backend.modelfit import fits_model
 from .webform import guard_swarm, option_errors
 from .options import SECRET_OPTIONS, STEP_OPTIONS, WEB_UI_HIDDEN, resolve_api_key
 from .outbox import REPORT_KEY as ROWS_KEY
@@ -46,8 +48,8 @@ from .pacer import Pacer
 from .peers import PeerGuard
 from .recorder import SampleRecorder
 from .roster import WorkerRoster, worker_info
-from .verdict import nothing_completed
-from .schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, PhaseChange, load_record_file,
+from .completion import nothing_completed
+from ..core.schema import (LOOP_LAG_MS, MEASURED, WARMUP, ClientRow, LoadRecord, PhaseChange, load_record_file,
                      write_json_atomic)
 
 logger = logging.getLogger(__name__)

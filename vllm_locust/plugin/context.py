@@ -13,10 +13,10 @@ import logging
 import zlib
 from dataclasses import dataclass, field
 
-from .client import require_host, resolve_model, serves_continuous_usage
+from ..backend.client import require_host, resolve_model, serves_continuous_usage
 from .options import as_bool, workload_spec
-from .tokencount import LocalTokenCounter, WordCounter, server_counter_or_none
-from .workloads import Prompt, Workload, WorkloadSpec, load_or_build
+from ..backend.tokencount import LocalTokenCounter, WordCounter, server_counter_or_none
+from ..core.workloads import Prompt, Workload, WorkloadSpec, load_or_build
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import openai
 import requests
 
 from . import bounds
-from .hosts import normalize_host
-from .stream import StreamError
+from ..core.hosts import normalize_host
+from ..core.stream import StreamError
 from .transport import LeanTransport
 from .wire import event_hooks
 

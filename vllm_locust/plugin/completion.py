@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from .client import failure_kind
-from .schema import E2E
+from ..backend.client import failure_kind
+from ..core.schema import E2E
 
 _EXCEPTION_REPR = re.compile(r"^\w+\((['\"])(.*)\1\)$", re.S)
 

@@ -33,7 +33,7 @@ a finish reason), ``bad-chunk-size`` (an invalid chunk size in the same write as
 listed) is listed in ``GET /v1/models`` as vLLM lists it. Every request's ``Accept-Encoding`` is
 logged (``GET /_log``: ``accept_encoding``).
 
-Run: ``python -m vllm_locust.mockserver --port 0 --ttft-ms 100 --itl-ms 5`` prints ``PORT <n>`` once
+Run: ``python -m vllm_locust.mock.server --port 0 --ttft-ms 100 --itl-ms 5`` prints ``PORT <n>`` once
 listening (127.0.0.1 only); ``start_process()`` does that and returns a ``MockServer`` handle;
 ``start_in_thread()`` runs it inside the calling process (unit tests: no subprocess).
 """
@@ -53,7 +53,7 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from .mockmetrics import MockMetrics
+from .metrics import MockMetrics
 
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
           "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
@@ -430,8 +430,8 @@ class MockServer:
 
 def start_process(*args: str, python: str = sys.executable) -> MockServer:
     """The mock server in its own process (its clock is then not the client's CPU)."""
-    proc = subprocess.Popen([python, "-m", "vllm_locust.mockserver", "--port", "0", *args],
-                            stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([python, "-m", "vllm_locust.mock.server", "--port", "0", *args],
+                            stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[2]))
     line = proc.stdout.readline()
     if not line.startswith("PORT "):
         proc.kill()

@@ -27,7 +27,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .tokencount import TokenCounter
+from ..backend.tokencount import TokenCounter
 
 WORKLOADS = ("fixed", "mixed", "shared-prefix")
 FILLERS = (" a", " x", " the", " of", " 1", ".", ",", "a")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from argparse import Namespace
 
-from .arrivals import check_burstiness, parse_rates
+from ..core.arrivals import check_burstiness, parse_rates
 from .options import OPTIONS, as_bool, parse_steps, workload_spec
-from .schema import load_record_file
+from ..core.schema import load_record_file
 
 
 def form_errors(options: Namespace, form, shaped: bool) -> str | None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from locust import LoadTestShape
 
-from .arrivals import parse_rates
+from ..core.arrivals import parse_rates
 from .options import as_bool, parse_steps
-from .plugin import VllmPlugin
-from .schema import MEASURED, WARMUP
+from .vllm_plugin import VllmPlugin
+from ..core.schema import MEASURED, WARMUP
 
 
 def _rate_count(text) -> int:

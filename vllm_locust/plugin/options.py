@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .workloads import WORKLOADS, WorkloadSpec
+from ..core.workloads import WORKLOADS, WorkloadSpec
 
 DEFAULT_CACHE_DIR = str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm_locust")
 
@@ -192,7 +192,7 @@ def defaults(**overrides):
 
 
 def markdown_table() -> str:
-    """The options as the README's table: ``python -m vllm_locust.options``."""
+    """The options as the README's table: ``python -m vllm_locust.plugin.options``."""
     lines = ["| option | env | default | what it does |", "|---|---|---|---|"]
     for flag, kwargs in OPTIONS:
         default = kwargs.get("default")
