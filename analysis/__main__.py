@@ -14,14 +14,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from vllm_locust.core.schema import IDS, SUMMARY, level_name, pct_col, write_atomic
+from vllm_locust.core.schema import IDS, ITL, SUMMARY, TTFT, level_name, pct_col, write_atomic
 
 from .advice import client_lag_advice
 from .attribution import attribution_table
 from .benchjson import export_runs, import_specs
 from .checklist import checklist
 from .load import AnalysisError, failed_runs, load_runs
-from .report import write_reports
+from .report import ReportInput, write_reports
 from .goodput import parse_slo
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, runs_per_run, summarize
 from .paired import is_paired
@@ -113,11 +113,12 @@ def analyse(args) -> int:
     write_atomic(out / "verdict.csv", per_level.to_csv(index=False))
     write_atomic(out / "failures.csv", failure_table(requests).to_csv(index=False))
     server = tidy_server(runs)
-    md, html = write_reports(out, baseline=baseline, summary=summary, comparison=comparison, per_level=per_level,
-                             overall=result, attribution=attribution_table(summary, server), checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
-                             samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted,
-                             markers=tidy_markers(runs), extra_notes=[model_note] if model_note else [],
-                             failed=failed, max_client_lag_ms=args.max_client_lag_ms)
+    md, html = write_reports(out, ReportInput(
+        baseline=baseline, summary=summary, comparison=comparison, per_level=per_level, overall=result,
+        attribution=attribution_table(summary, server),
+        checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
+        samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted, markers=tidy_markers(runs),
+        extra_notes=[model_note] if model_note else [], failed=failed, max_client_lag_ms=args.max_client_lag_ms))
     for row in failed.itertuples():
         print(f"failed run (left out): {row.run}: {row.reason}")
     for profile, verdict in sorted(result.items()):
@@ -148,7 +149,7 @@ def analyse(args) -> int:
     if args.fail_unless_beats and any(v != "beats" for v in result.values()):
         failed.append("a candidate does not beat the baseline")
     candidates = summary[summary[SUMMARY.profile] != baseline] if len(result) else summary
-    for col, limit in ((pct_col("TTFT", 95), args.slo_p95_ttft_ms), (pct_col("ITL", 95), args.slo_p95_itl_ms)):
+    for col, limit in ((pct_col(TTFT, 95), args.slo_p95_ttft_ms), (pct_col(ITL, 95), args.slo_p95_itl_ms)):
         if limit is not None:
             over = candidates[candidates[col] > limit]
             for row in over.itertuples():

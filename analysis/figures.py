@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from vllm_locust.core.schema import COMPARISON, IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, TTFT, level_name  # noqa: E402
+from vllm_locust.core.schema import COMPARISON, IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, TTFT, ITL, level_name  # noqa: E402
 
 from .server import series  # noqa: E402
 
@@ -57,7 +57,7 @@ def plot_distributions(samples: pd.DataFrame, colors: dict | None = None):
     colors = _colors_for(samples, IDS.profile, colors)
     styles = _level_styles(samples)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, metric in zip(axes, ("TTFT", "ITL")):
+    for ax, metric in zip(axes, (TTFT, ITL)):
         values = samples[samples[SAMPLE.metric] == metric]
         for (profile, rate, c), g in values.groupby([IDS.profile, *LEVEL]):
             v = np.sort(g[SAMPLE.value_ms].to_numpy())

@@ -7,7 +7,7 @@ person can fix raise ``AnalysisError`` with one line that says what to do.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -18,13 +18,9 @@ from vllm_locust.core.schema import (CLIENT, CLIENT_PREFIX, FAILURE_RECORD, INCO
                                 LoadRecord, Manifest, PhaseChange, RequestRow, RunRecord, SampleRow)
 
 from .validate import (AnalysisError, BadRunFile, annotations, check_csv, check_fields, check_items, empty_csv,  # noqa: F401
-                       numeric_columns)
+                       check_record, numeric_columns, typed)
 
-# What each JSON record's fields must be (from the schema's types), and its lists' entries.
-RUN_TYPES = annotations(RunRecord)
-LOAD_TYPES = annotations(LoadRecord)
-MANIFEST_TYPES = annotations(Manifest)
-FAILURE_TYPES = annotations(FailureRecord)
+# What the JSON records' lists' entries must be (the records themselves: ``validate.typed``).
 PHASE_TYPES = annotations(PhaseChange)
 MARKER_TYPES = {"t_s": "float | None", "label": "str | int | float | None", "kind": "str | None"}
 WORKER_TYPES = {"worker_id": "str | int | None", "host": "str | None", "clock_offset_s": "float | None"}
@@ -117,22 +113,21 @@ def _json(path: Path) -> dict:
     return data
 
 
-def read_load_record(path: Path) -> dict:
-    """A ``loadrun-*.json``, its fields of the types the readers below rely on."""
+def read_load_record(path: Path) -> LoadRecord:
+    """A ``loadrun-*.json`` as ``schema.LoadRecord``, its lists' entries of the types the readers below rely on."""
     record = _json(path)
-    check_fields(record, LOAD_TYPES, path)
     check_items(record, "timeline", PHASE_TYPES, path, required=("t_s",))
     check_items(record, "markers", MARKER_TYPES, path)
     check_items(record, "workers", WORKER_TYPES, path)
-    check_fields(record.get("options") or {}, {"step_warmup": "float | None"}, path, "options.")
-    return record
+    loaded = typed(LoadRecord, record, path)
+    check_fields(loaded.options, {"step_warmup": "float | None"}, path, "options.")
+    return loaded
 
 
 def read_run_record(path: Path) -> dict:
-    """A ``run.json``: the sweep's record of one finished run."""
-    record = _json(path)
-    check_fields(record, RUN_TYPES, path, required=(RUN.profile, RUN.concurrency, RUN.repeat))
-    return record
+    """A ``run.json``, checked against ``schema.RunRecord``: the sweep's record of one finished run.
+    Only its identity is required (a run recorded by hand names its profile, concurrency, repeat)."""
+    return check_record(RunRecord, _json(path), path, required=(RUN.profile, RUN.concurrency, RUN.repeat))
 
 
 def clock_offsets(load_record: dict) -> dict[str, float]:
@@ -165,9 +160,8 @@ def read_run(directory: Path) -> Run:
         # Runs copied from another host keep their layout, not their absolute paths.
         server_dir = directory.parent.parent / server_dir.name
     if (server_dir / MANIFEST).exists():
-        manifest = _json(server_dir / MANIFEST)
-        check_fields(manifest, MANIFEST_TYPES, server_dir / MANIFEST)
-    loads = [read_load_record(path) for path in sorted(directory.glob(f"{LOAD_RECORD_PREFIX}*.json"))]
+        manifest = asdict(typed(Manifest, _json(server_dir / MANIFEST), server_dir / MANIFEST))
+    loads = [asdict(read_load_record(path)) for path in sorted(directory.glob(f"{LOAD_RECORD_PREFIX}*.json"))]
     offsets = {k: v for load in loads for k, v in clock_offsets(load).items()}
     samples = align_clocks(samples, offsets, (SAMPLE.t_s,))
     requests = align_clocks(requests, offsets, (REQUEST.sent_at_s,))
@@ -200,8 +194,8 @@ def read_recording(directory: Path, label: str) -> list[Run]:
         return []
     records = {}
     for path in directory.glob(f"{LOAD_RECORD_PREFIX}*.json"):
-        record = read_load_record(path)
-        records[str(record.get("run_id"))] = record
+        record = asdict(read_load_record(path))
+        records[str(record["run_id"])] = record
     samples = samples[samples[SAMPLE.concurrency].notna()]  # a ramp before spawning completed has none
     runs, repeats = [], {}
     metrics = _metrics(directory)
@@ -245,13 +239,12 @@ def failed_runs(runs_dir: str | Path) -> pd.DataFrame:
         if (path.parent / RUN_RECORD).exists() or INCOMPLETE in str(path.relative_to(root)):
             continue
         try:
-            record = _json(path)
-            check_fields(record, FAILURE_TYPES, path)
+            record = typed(FailureRecord, _json(path), path)
         except AnalysisError:
             continue
-        tail = [line for line in record.get("server_log_tail") or [] if line.strip()]
-        rows.append({"run": str(path.parent.relative_to(root)), "reason": str(record.get("reason") or ""),
-                     "failed_at": str(record.get("failed_at") or ""), "server_log_last_line": tail[-1][:200] if tail else ""})
+        tail = [line for line in record.server_log_tail or [] if line.strip()]
+        rows.append({"run": str(path.parent.relative_to(root)), "reason": str(record.reason or ""),
+                     "failed_at": str(record.failed_at or ""), "server_log_last_line": tail[-1][:200] if tail else ""})
     return pd.DataFrame(rows, columns=list(FAILED_COLUMNS))
 
 

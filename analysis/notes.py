@@ -18,7 +18,7 @@ def number_notes(summary: pd.DataFrame) -> list[str]:
     for r in summary.itertuples(index=False):
         row = r._asdict()
         where = f"{row['profile']} {level_name(row['request_rate'], row['concurrency'])}"
-        p50_itl, server_itl = row.get(pct_col("ITL", 50)), row.get("server_itl_mean_ms")
+        p50_itl, server_itl = row.get(pct_col(ITL, 50)), row.get("server_itl_mean_ms")
         if pd.notna(p50_itl) and p50_itl < BURST_ITL_MS:
             seen = f" while vLLM's own ITL mean is {fmt_number(server_itl)} ms" if pd.notna(server_itl) else ""
             notes.append(f"{where}: client ITL p50 {fmt_number(p50_itl)} ms{seen}: chunks reach the client in bursts "

@@ -8,11 +8,12 @@ verdict and a picture of the effect sizes with their intervals first, then the d
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from vllm_locust.core.schema import SUMMARY, level_name, pct_col, write_atomic
+from vllm_locust.core.schema import E2E, E2E_FROM_INTENDED, SUMMARY, TTFT, TTFT_FROM_INTENDED, level_name, pct_col, write_atomic
 
 from .advice import client_lag_advice
 from .figures import (markers_in_windows, plot_distributions, plot_forest, plot_p95, plot_timeline,  # noqa: F401
@@ -20,6 +21,7 @@ from .figures import (markers_in_windows, plot_distributions, plot_forest, plot_
 from .markup import TABLE_CSS, cells, fmt_number, html_table, html_text, md_table, md_text  # noqa: F401
 from .notes import coalesced_gap_notes, delivered_token_notes, number_notes  # noqa: F401
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS
+from .verdict import Rule
 
 TRUST_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.client_trusted, SUMMARY.client_loop_lag_p99_ms, SUMMARY.client_cpu_max_pct,
                SUMMARY.client_spawn_to_send_max_ms, SUMMARY.client_minus_server_ttft_ms, SUMMARY.client_minus_server_itl_ms,
@@ -39,8 +41,8 @@ SUMMARY_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUM
                  SUMMARY.p99_ttft_ms, SUMMARY.p50_itl_ms, SUMMARY.p95_itl_ms, SUMMARY.p99_itl_ms, SUMMARY.p95_tpot_ms, SUMMARY.output_tokens_per_s,
                  SUMMARY.requests_per_s, SUMMARY.max_num_requests_waiting, SUMMARY.mean_kv_cache_usage, SUMMARY.preemptions]
 OPEN_LOOP_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.requests_per_s,
-                   pct_col("TTFT", 50), pct_col("TTFT_FROM_INTENDED", 50), pct_col("TTFT", 95), pct_col("TTFT_FROM_INTENDED", 95),
-                   pct_col("E2E", 95), pct_col("E2E_FROM_INTENDED", 95), SUMMARY.p50_send_lateness_ms,
+                   pct_col(TTFT, 50), pct_col(TTFT_FROM_INTENDED, 50), pct_col(TTFT, 95), pct_col(TTFT_FROM_INTENDED, 95),
+                   pct_col(E2E, 95), pct_col(E2E_FROM_INTENDED, 95), SUMMARY.p50_send_lateness_ms,
                    SUMMARY.p95_send_lateness_ms, SUMMARY.max_send_lateness_ms, SUMMARY.queued_requests,
                    SUMMARY.mean_client_queue_ms, SUMMARY.load_delivered]
 OPEN_LOOP_TEXT = ("Open loop: requests were due at the instants of a seeded arrival schedule, whether or not the "
@@ -87,67 +89,87 @@ def _html(part, figures: dict[str, bytes]) -> str:
             'style="max-width:100%">')
 
 
-def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, comparison: pd.DataFrame,
-                  per_level: pd.DataFrame, overall: dict, attribution: pd.DataFrame, checklist: list,
-                  samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFrame, rule,
-                  untrusted: dict | None = None, markers: pd.DataFrame | None = None,
-                  extra_notes: list[str] | None = None, failed: pd.DataFrame | None = None,
-                  max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS) -> tuple[Path, Path]:
-    untrusted = untrusted or {}
-    colors = profile_colors(summary[SUMMARY.profile].unique(), baseline)
-    forest = plot_forest(comparison, colors, baseline)
-    figures = {**({"effect-sizes": png(forest)} if forest is not None else {}),
-               "distributions": png(plot_distributions(samples, colors)), "p95-vs-load": png(plot_p95(summary, colors)),
-               "timeline": png(plot_timeline(samples, server, runs, markers, colors))}
-    placed = markers_in_windows(markers, runs)
-    notes = [*(extra_notes or []), *number_notes(summary), *coalesced_gap_notes(samples)]
-    fig_dir = out_dir / "report-figures"
-    fig_dir.mkdir(exist_ok=True)
-    for name, data in figures.items():
-        write_atomic(fig_dir / f"{name}.png", data)
+@dataclass
+class ReportInput:
+    """Everything the report shows, computed before it (``report.py`` only formats)."""
+
+    baseline: str
+    summary: pd.DataFrame  # schema.SUMMARY
+    comparison: pd.DataFrame  # schema.COMPARISON
+    per_level: pd.DataFrame  # schema.VERDICT
+    overall: dict  # profile -> "beats" / "mixed" / "does not beat"
+    attribution: pd.DataFrame
+    checklist: list  # (item, ok, facts)
+    samples: pd.DataFrame
+    server: pd.DataFrame
+    runs: pd.DataFrame  # schema.PER_RUN
+    rule: Rule
+    untrusted: dict = field(default_factory=dict)  # profile -> the levels where the client was not trusted
+    markers: pd.DataFrame | None = None
+    extra_notes: list[str] = field(default_factory=list)
+    failed: pd.DataFrame | None = None  # load.failed_runs
+    max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS
+
+
+def sections(r: ReportInput, figures: dict[str, bytes], forest) -> list[tuple[str, list]]:
+    """The report as data: (heading, parts), each part ``(kind, value)`` for ``_md`` / ``_html``."""
+    summary, baseline, untrusted = r.summary, r.baseline, r.untrusted
+    placed = markers_in_windows(r.markers, r.runs)
+    notes = [*r.extra_notes, *number_notes(summary), *coalesced_gap_notes(r.samples)]
 
     def verdict_text(p, v):
         note = (f" (UNTRUSTED at {', '.join(untrusted[p])}: the client fell behind or did not send the asked load, "
                 "so the numbers include its own lateness)") if p in untrusted else ""
         return f"{v} the baseline `{baseline}`{note}"
 
-    verdict_lines = [(str(p), verdict_text(p, v)) for p, v in sorted(overall.items())] or \
+    verdict_lines = [(str(p), verdict_text(p, v)) for p, v in sorted(r.overall.items())] or \
         ["only one label was measured: a summary, no verdict"]
-    rule_text = (f"Rule: the share of requests meeting the SLO ({rule.slo}) rises with a 95% bootstrap interval that "
-                 f"excludes zero ({rule.bootstrap} resamples of requests within repeats)." if rule.on == "goodput" else
-                 "Rule: p95 TTFT and p95 ITL both improve with 95% bootstrap intervals that exclude zero, and output "
-                 f"throughput falls by at most {rule.max_throughput_drop_pct:g}% ({rule.bootstrap} resamples of "
-                 "requests within repeats).")
     picture = ([("text", "Each candidate's change against the baseline, one row per metric and load level, with its "
                          "95% interval (the picture of the table \"Changes against the baseline\" below):"),
                 ("image", "effect-sizes")] if forest is not None else [])
     late = summary[summary[SUMMARY.client_trusted] == False]  # noqa: E712 (None: not audited)
-    advice = [(f"{r.profile} {level_name(r.request_rate, r.concurrency)}",
-               client_lag_advice(r.client_loop_lag_p99_ms, r.client_cpu_max_pct, max_client_lag_ms))
-              for r in late.itertuples()]
+    advice = [(f"{row.profile} {level_name(row.request_rate, row.concurrency)}",
+               client_lag_advice(row.client_loop_lag_p99_ms, row.client_cpu_max_pct, r.max_client_lag_ms))
+              for row in late.itertuples()]
     open_loop = summary[summary[SUMMARY.request_rate] > 0]
-    sections = [
-        ("Verdict", [("list", verdict_lines), *picture, ("text", rule_text)]),
-        ("Per load level", [("table", per_level)]),
-        ("Changes against the baseline (percent, 95% interval)", [("table", comparison)]),
+    failed = r.failed
+    return [
+        ("Verdict", [("list", verdict_lines), *picture, ("text", r.rule.text)]),
+        ("Per load level", [("table", r.per_level)]),
+        ("Changes against the baseline (percent, 95% interval)", [("table", r.comparison)]),
         ("Summary (percentiles from raw samples)", [("table", summary[SUMMARY_SHOWN])]),
         ("Can the client's numbers be trusted?", [("text", TRUST_TEXT), *([("list", advice)] if advice else []),
                                                   ("table", summary[TRUST_SHOWN])]),
         *((("Open loop: latency from the intended send, lateness, client queue",
             [("text", OPEN_LOOP_TEXT), ("table", open_loop[OPEN_LOOP_SHOWN])]),) if len(open_loop) else ()),
-        *((("Goodput", [("table", summary[GOODPUT_SHOWN])]),) if rule.slo is not None else ()),
-        ("Where the latency came from", [("list", [(f"{r.profile} {level_name(r.request_rate, r.concurrency)}", r.source)
-                                                   for r in attribution.itertuples()])]),
-        ("Release checklist", [("checks", [(ok, f"{item}: {facts}") for item, ok, facts in checklist])]),
+        *((("Goodput", [("table", summary[GOODPUT_SHOWN])]),) if r.rule.slo is not None else ()),
+        ("Where the latency came from", [("list", [(f"{row.profile} {level_name(row.request_rate, row.concurrency)}",
+                                                    row.source) for row in r.attribution.itertuples()])]),
+        ("Release checklist", [("checks", [(ok, f"{item}: {facts}") for item, ok, facts in r.checklist])]),
         *((("Runs that failed (kept out of the numbers; their raw files are kept)", [("table", failed)]),)
           if failed is not None and len(failed) else ()),
         *((("Markers set during the runs (web UI)", [("table", placed)]),) if len(placed) else ()),
         *((("Notes on the numbers", [("list", notes)]),) if notes else ()),
         ("Figures", [("image", name) for name in figures if name != "effect-sizes"]),
     ]
+
+
+def write_reports(out_dir: Path, r: ReportInput) -> tuple[Path, Path]:
+    """``report.md`` and ``report.html`` (and ``report-figures/*.png``) in ``out_dir``, from one list of sections."""
+    summary, baseline = r.summary, r.baseline
+    colors = profile_colors(summary[SUMMARY.profile].unique(), baseline)
+    forest = plot_forest(r.comparison, colors, baseline)
+    figures = {**({"effect-sizes": png(forest)} if forest is not None else {}),
+               "distributions": png(plot_distributions(r.samples, colors)), "p95-vs-load": png(plot_p95(summary, colors)),
+               "timeline": png(plot_timeline(r.samples, r.server, r.runs, r.markers, colors))}
+    fig_dir = out_dir / "report-figures"
+    fig_dir.mkdir(exist_ok=True)
+    for name, data in figures.items():
+        write_atomic(fig_dir / f"{name}.png", data)
+    parts_of = sections(r, figures, forest)
     title = "Baseline vs candidates: vLLM latency report"
     md = [f"# {title}", ""]
-    for heading, parts in sections:
+    for heading, parts in parts_of:
         md += [f"## {heading}", ""]
         for part in parts:
             md += _md(part)
@@ -155,7 +177,7 @@ def write_reports(out_dir: Path, *, baseline: str, summary: pd.DataFrame, compar
     write_atomic(md_path, "\n".join(md))
 
     body = [f"<h1>{title}</h1>"]
-    for heading, parts in sections:
+    for heading, parts in parts_of:
         body.append(f"<h2>{html_text(heading)}</h2>" + "".join(_html(part, figures) for part in parts))
     html_path = out_dir / "report.html"
     write_atomic(html_path, "<!doctype html><html><head><meta charset='utf-8'><title>vLLM latency report</title>"

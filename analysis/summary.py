@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vllm_locust.core.schema import (CLIENT, CPU_PCT, IDS, ITL, LEVEL, LOOP_LAG_MS, PER_RUN, REQUEST, RUN, SAMPLE,
-                                SPAWN_TO_SEND_MS, SUMMARY, TTFT, mean_col, pct_col)
+from vllm_locust.core.schema import (CLIENT, CPU_PCT, E2E, E2E_FROM_INTENDED, IDS, ITL, LEVEL, LOOP_LAG_MS, PER_RUN, REQUEST,
+                                     RUN, SAMPLE, SPAWN_TO_SEND_MS, SUMMARY, TPOT, TTFT, TTFT_FROM_INTENDED, mean_col,
+                                     pct_col)
 
 from . import server as server_stats
 from .goodput import Slo, from_intended, goodput
@@ -27,7 +28,7 @@ DEFAULT_MAX_CLIENT_LAG_MS = 2.0
 # this 2-core VM an idle client sends 0.9 ms (timer wake-up) + 1.5 ms (the SDK builds the request)
 # after the instant; a backlog (every user busy) shows as seconds.
 DEFAULT_MAX_SEND_LATENESS_MS = 10.0
-PERCENTILES = ((TTFT, (50, 95, 99)), (ITL, (50, 95, 99)), ("TPOT", (50, 95)), ("E2E", (50, 95)))
+PERCENTILES = ((TTFT, (50, 95, 99)), (ITL, (50, 95, 99)), (TPOT, (50, 95)), (E2E, (50, 95)))
 SERVER_MEANS = (PER_RUN.mean_kv_cache_usage, PER_RUN.prefix_cache_hit_rate, PER_RUN.server_queue_ms,
                 PER_RUN.server_prefill_ms, PER_RUN.server_decode_ms, PER_RUN.server_ttft_mean_ms,
                 PER_RUN.server_itl_mean_ms, PER_RUN.server_p95_ttft_ms, PER_RUN.server_p95_itl_ms)
@@ -122,8 +123,8 @@ def open_loop_figures(requests: pd.DataFrame, max_send_lateness_ms: float) -> di
     """Latency from the intended instant, send lateness, client queue time, and whether the run
     delivered the asked load. All NaN (``load_delivered`` None) for a closed-loop level."""
     sent = requests[requests[REQUEST.lateness_ms].notna()] if REQUEST.lateness_ms in requests else requests.iloc[0:0]
-    out = {c: float("nan") for c in (pct_col("TTFT_FROM_INTENDED", 50), pct_col("TTFT_FROM_INTENDED", 95),
-                                     pct_col("E2E_FROM_INTENDED", 50), pct_col("E2E_FROM_INTENDED", 95),
+    out = {c: float("nan") for c in (pct_col(TTFT_FROM_INTENDED, 50), pct_col(TTFT_FROM_INTENDED, 95),
+                                     pct_col(E2E_FROM_INTENDED, 50), pct_col(E2E_FROM_INTENDED, 95),
                                      SUMMARY.p50_send_lateness_ms, SUMMARY.p95_send_lateness_ms, SUMMARY.p99_send_lateness_ms,
                                      SUMMARY.max_send_lateness_ms, SUMMARY.mean_client_queue_ms, SUMMARY.p95_client_queue_ms,
                                      SUMMARY.queued_requests)}
@@ -131,7 +132,7 @@ def open_loop_figures(requests: pd.DataFrame, max_send_lateness_ms: float) -> di
     if sent.empty:
         return out
     ok = succeeded(sent)
-    for name, column in (("TTFT_FROM_INTENDED", REQUEST.ttft_ms), ("E2E_FROM_INTENDED", REQUEST.e2e_ms)):
+    for name, column in ((TTFT_FROM_INTENDED, REQUEST.ttft_ms), (E2E_FROM_INTENDED, REQUEST.e2e_ms)):
         for q, v in percentiles(from_intended(ok, column).dropna().to_numpy(), (50, 95)).items():
             out[pct_col(name, q)] = v
     late = sent[REQUEST.lateness_ms].to_numpy(dtype=float)

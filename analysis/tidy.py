@@ -7,15 +7,17 @@
 - ``server``: t_s, name, labels, value, run_key, profile, concurrency, repeat.
 
 A request is *succeeded* (no error), *failed* (an error of the server or the network) or
-*interrupted* (the run's end cut it off: neither; its partial samples are left out like a failure's).
+*interrupted* (the run's end cut it off: neither; its partial samples are left out like a failure's),
+by its row's ``kind`` (``core.outcome.Outcome``); rows recorded before that column existed are
+read by their error text (``outcome.kind_of_message``).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from vllm_locust.backend.client import failure_kind
-from vllm_locust.core.schema import CLIENT, FAILURES, IDS, INTERRUPTED, LEVEL, MEASURED, REQUEST, SAMPLE, SERVER
+from vllm_locust.core.outcome import Outcome, kind_of_message
+from vllm_locust.core.schema import CLIENT, FAILURES, IDS, LEVEL, MEASURED, REQUEST, SAMPLE, SERVER
 
 from .load import AnalysisError, Run
 
@@ -36,9 +38,24 @@ def measured(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame[SAMPLE.phase] == MEASURED] if SAMPLE.phase in frame else frame
 
 
+def outcomes(requests: pd.DataFrame) -> pd.Series:
+    """Each request's outcome kind (``Outcome`` values): its ``kind`` column, or for a row recorded
+    before that column existed (or another client's file) the kind of its error text."""
+    kind = requests[REQUEST.kind] if REQUEST.kind in requests else pd.Series(None, index=requests.index, dtype=object)
+    missing = kind.isna() | (kind == "")
+    if not missing.any():
+        return kind
+    errors = requests[REQUEST.error] if REQUEST.error in requests else pd.Series(None, index=requests.index, dtype=object)
+    old = errors[missing].map(lambda e: kind_of_message(None if pd.isna(e) else str(e)).value)
+    return kind.astype(object).where(~missing, old)
+
+
+FINE = (Outcome.OK.value, Outcome.INTERRUPTED.value)
+
+
 def succeeded(requests: pd.DataFrame) -> pd.DataFrame:
-    """Requests without an error (the recorder leaves ``error`` empty on success)."""
-    return requests[requests[REQUEST.error].isna()] if REQUEST.error in requests else requests
+    """Requests that ended well (kind ``ok``)."""
+    return requests[outcomes(requests) == Outcome.OK.value] if len(requests) else requests
 
 
 def output_tokens(requests: pd.DataFrame) -> pd.Series:
@@ -48,23 +65,20 @@ def output_tokens(requests: pd.DataFrame) -> pd.Series:
 
 
 def failed(requests: pd.DataFrame) -> pd.DataFrame:
-    """Requests that failed: an error other than the run's end cutting them off."""
-    if REQUEST.error not in requests:
-        return requests.iloc[0:0]
-    error = requests[REQUEST.error]
-    return requests[error.notna() & (error != INTERRUPTED)]
+    """Requests that failed: any kind but ok and the run's end cutting them off."""
+    return requests[~outcomes(requests).isin(FINE)] if len(requests) else requests.iloc[0:0]
 
 
 def interrupted(requests: pd.DataFrame) -> pd.DataFrame:
-    return requests[requests[REQUEST.error] == INTERRUPTED] if REQUEST.error in requests else requests.iloc[0:0]
+    return requests[outcomes(requests) == Outcome.INTERRUPTED.value] if len(requests) else requests.iloc[0:0]
 
 
 def successful_samples(samples: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """Samples of requests that succeeded: latency percentiles never mix in a failed (or cut-off)
     request's partial stream (failures are counted, by kind, in ``failure_table``)."""
-    if requests.empty or REQUEST.error not in requests:
+    if requests.empty:
         return samples
-    bad = requests[requests[REQUEST.error].notna()]
+    bad = requests[outcomes(requests) != Outcome.OK.value]
     failed_keys = set(zip(bad[IDS.run_key], bad[REQUEST.request_id]))
     if not failed_keys:
         return samples
@@ -73,12 +87,12 @@ def successful_samples(samples: pd.DataFrame, requests: pd.DataFrame) -> pd.Data
 
 
 def failure_table(requests: pd.DataFrame) -> pd.DataFrame:
-    """Failed requests counted by label, concurrency and message."""
+    """Failed requests counted by label, concurrency, kind and message."""
     bad = failed(requests)
     if bad.empty:
         return pd.DataFrame(columns=list(FAILURES))
-    counts = bad.groupby([IDS.profile, *LEVEL, REQUEST.error]).size().reset_index(name=FAILURES.count)
-    counts[FAILURES.kind] = counts[REQUEST.error].map(lambda e: failure_kind(str(e)))
+    bad = bad.assign(**{FAILURES.kind: outcomes(bad)})
+    counts = bad.groupby([IDS.profile, *LEVEL, FAILURES.kind, REQUEST.error]).size().reset_index(name=FAILURES.count)
     return counts.rename(columns={REQUEST.error: FAILURES.error}).sort_values(
         [IDS.profile, *LEVEL, FAILURES.kind, FAILURES.error])[list(FAILURES)].reset_index(drop=True)
 
@@ -88,7 +102,7 @@ def failure_kinds(requests: pd.DataFrame) -> str:
     bad = failed(requests)
     if bad.empty:
         return ""
-    counts = bad[REQUEST.error].map(lambda e: failure_kind(str(e))).value_counts()
+    counts = outcomes(bad).value_counts()
     return ", ".join(f"{kind}:{n}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

@@ -8,10 +8,12 @@ so a column or field added there is checked here without a second list.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pandas as pd
+
+from vllm_locust.core.schema import RecordError, from_dict
 
 
 class AnalysisError(Exception):
@@ -120,3 +122,30 @@ def check_items(data: dict, key: str, types: dict[str, str], path: Path, require
         if not isinstance(item, dict):
             raise BadRunFile(path, f"{key}[{i}]", f"expected an object, found {_describe(item)}")
         check_fields(item, types, path, f"{key}[{i}].", required)
+
+
+def required_fields(row_type) -> tuple[str, ...]:
+    """The fields of a schema type without a default: a record without one is not the suite's."""
+    return tuple(f.name for f in fields(row_type) if f.default is MISSING and f.default_factory is MISSING)
+
+
+def check_record(row_type, data: dict, path: Path, required: tuple[str, ...] | None = None) -> dict:
+    """``data`` checked against the schema's ``row_type``: a field it does not have (a misspelling),
+    a ``required`` one missing (default: every field without a default) or one of the wrong type is
+    a ``BadRunFile`` naming it, never a silent default."""
+    types = annotations(row_type)
+    unknown = sorted(set(data) - set(types))
+    if unknown:
+        raise BadRunFile(path, unknown[0], f"not a field of {row_type.__name__} (misspelled?); "
+                                           "it has: " + ", ".join(types))
+    check_fields(data, types, path, required=required_fields(row_type) if required is None else required)
+    return data
+
+
+def typed(row_type, data: dict, path: Path):
+    """``data`` as an instance of the schema's ``row_type``, checked first (``check_record``)."""
+    check_record(row_type, data, path)
+    try:
+        return from_dict(row_type, data, str(path))
+    except RecordError as err:  # pragma: no cover - check_record finds what from_dict would
+        raise AnalysisError(str(err)) from None

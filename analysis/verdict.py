@@ -15,13 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from vllm_locust.core.schema import COMPARISON, IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, VERDICT, level_name, pct_col
+from vllm_locust.core.schema import (COMPARISON, E2E, IDS, ITL, LEVEL, PER_RUN, SAMPLE, SUMMARY, TPOT, TTFT, VERDICT,
+                                     level_name, pct_col)
 
 from .goodput import Slo, met_groups
 from .stats import bootstrap_ci, pct_change
 from .tidy import at_level
 
-METRICS = (("TTFT", 50), ("TTFT", 95), ("ITL", 50), ("ITL", 95), ("TPOT", 95), ("E2E", 95))
+METRICS = ((TTFT, 50), (TTFT, 95), (ITL, 50), (ITL, 95), (TPOT, 95), (E2E, 95))
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,16 @@ class Rule:
     seed: int = 0
     slo: Slo | None = None
     on: str = "latency"  # or "goodput" (needs slo)
+
+    @property
+    def text(self) -> str:
+        """The rule in one sentence, for the report: built from the fields, never parsed back."""
+        if self.on == "goodput":
+            return (f"Rule: the share of requests meeting the SLO ({self.slo}) rises with a 95% bootstrap interval "
+                    f"that excludes zero ({self.bootstrap} resamples of requests within repeats).")
+        return ("Rule: p95 TTFT and p95 ITL both improve with 95% bootstrap intervals that exclude zero, and output "
+                f"throughput falls by at most {self.max_throughput_drop_pct:g}% ({self.bootstrap} resamples of "
+                "requests within repeats).")
 
 
 def request_groups(samples: pd.DataFrame, metric: str) -> list[list[np.ndarray]]:
@@ -108,7 +119,7 @@ def verdicts(comparison: pd.DataFrame, rule: Rule, trust: dict | None = None, ba
     rows = []
     for (profile, rate, c), g in comparison.groupby([COMPARISON.profile, *LEVEL]):
         by = {r[COMPARISON.metric]: r for _, r in g.iterrows()}
-        ttft, itl, tput = by.get(pct_col("TTFT", 95)), by.get(pct_col("ITL", 95)), by.get(PER_RUN.output_tokens_per_s)
+        ttft, itl, tput = by.get(pct_col(TTFT, 95)), by.get(pct_col(ITL, 95)), by.get(PER_RUN.output_tokens_per_s)
         share, good = by.get(SUMMARY.slo_met_share), by.get(PER_RUN.goodput_requests_per_s)
         reasons = []
         if rule.on == "goodput":

@@ -29,7 +29,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from vllm_locust.core.schema import INTERRUPTED  # noqa: E402
+from vllm_locust.core.schema import INTERRUPTED, ITL, SAMPLE, TTFT  # noqa: E402
 
 
 def children_cpu_s() -> float:
@@ -63,8 +63,8 @@ def suite_level(a, c: int, out: Path, usage: str = "auto") -> dict:
     requests = requests[requests["phase"] == "measured"]
     ok = requests[requests["error"].isna()]
     samples = samples[(samples["phase"] == "measured") & samples["request_id"].isin(ok["request_id"])]
-    ttft = samples.loc[samples["metric"] == "TTFT", "value_ms"].to_numpy()
-    itl = samples.loc[samples["metric"] == "ITL", "value_ms"].to_numpy()
+    ttft = samples.loc[samples[SAMPLE.metric] == TTFT, SAMPLE.value_ms].to_numpy()
+    itl = samples.loc[samples[SAMPLE.metric] == ITL, SAMPLE.value_ms].to_numpy()
     lag = client.loc[(client["metric"] == "loop_lag_ms") & (client["phase"] == "measured"), "value"].to_numpy()
     chunks = int(requests["content_chunks"].sum())
     return {"client": name, "concurrency": c, "exit": code, "requests": int(len(ok)),

@@ -26,6 +26,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from vllm_locust.core.schema import ITL, SAMPLE, TTFT  # noqa: E402
 from vllm_locust.mock.server import start_process  # noqa: E402
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
@@ -116,8 +117,8 @@ def suite_client(server, users: int, processes: int, duration_s: int, tokens: in
     # The first request of each user opens its connection and warms the SDK: the warm-up's job.
     first = requests.sort_values("sent_at_s").head(users)["request_id"]
     samples = samples[~samples["request_id"].isin(first)]
-    ttft = samples.loc[samples["metric"] == "TTFT", "value_ms"].to_numpy()
-    itl = samples.loc[samples["metric"] == "ITL", "value_ms"].to_numpy()
+    ttft = samples.loc[samples[SAMPLE.metric] == TTFT, SAMPLE.value_ms].to_numpy()
+    itl = samples.loc[samples[SAMPLE.metric] == ITL, SAMPLE.value_ms].to_numpy()
     return len(done), int(requests["content_chunks"].sum()), ttft, itl
 
 
@@ -163,7 +164,7 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
            "chunks/s": round(chunks / span) if span > 0 else 0,
            "client CPU us/chunk": round(cpu_between(start, end) / max(chunks, 1) * 1e6),
            "client CPU %": round(100 * cpu_between(start, end) / span) if span > 0 else 0}
-    for metric, client_values, true in (("TTFT", client_ttft, true_ttft), ("ITL", client_itl, true_itl)):
+    for metric, client_values, true in ((TTFT, client_ttft, true_ttft), (ITL, client_itl, true_itl)):
         client = client_values
         for q in (50, 95):
             c, t = np.percentile(client, q), np.percentile(true, q)

@@ -25,6 +25,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from launch.sweep import free_port  # noqa: E402
+from vllm_locust.core.schema import ITL, SAMPLE, TTFT  # noqa: E402
 
 
 def start_servers(n: int, args) -> tuple[list[subprocess.Popen], str]:
@@ -53,8 +54,8 @@ def one(url: str, processes: int, args) -> dict:
         requests = pd.concat(pd.read_csv(f) for f in glob.glob(f"{out}/requests-*.csv"))
         client = pd.concat(pd.read_csv(f) for f in glob.glob(f"{out}/client-*.csv"))
     m = samples[samples["phase"] == "measured"]
-    ttft = m.loc[m["metric"] == "TTFT", "value_ms"].to_numpy() - args.ttft_ms
-    itl = m.loc[m["metric"] == "ITL", "value_ms"].to_numpy() - args.itl_ms
+    ttft = m.loc[m[SAMPLE.metric] == TTFT, SAMPLE.value_ms].to_numpy() - args.ttft_ms
+    itl = m.loc[m[SAMPLE.metric] == ITL, SAMPLE.value_ms].to_numpy() - args.itl_ms
     reqs = requests[requests["phase"] == "measured"]
     failed = reqs["error"].notna() & ~reqs["error"].astype("string").fillna("").str.startswith("interrupted")
     lag = client[(client["metric"] == "loop_lag_ms") & (client["phase"] == "measured")]["value"]

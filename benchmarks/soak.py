@@ -26,6 +26,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from vllm_locust.core.schema import E2E  # noqa: E402
 from vllm_locust.mock.server import start_process  # noqa: E402
 
 
@@ -92,7 +93,7 @@ def main() -> None:
     partial = requests[requests["error"].notna()]
     expected = int(ok["content_chunks"].sum() + 2 * len(ok) + partial["content_chunks"].fillna(0).sum())
     locust_stats = pd.read_csv(samples / "locust_stats.csv")
-    e2e = locust_stats[locust_stats["Name"] == "E2E"]
+    e2e = locust_stats[locust_stats["Name"] == E2E]
     locust_requests = int(e2e["Request Count"].sum()) if len(e2e) else 0
     totals = {"minutes": args.minutes, "users": args.users, "target": args.target, "exit": proc.returncode,
               "requests_ok": int(len(ok)), "requests_failed": int(len(failed)), "requests_interrupted": int(interrupted.sum()),

@@ -35,11 +35,11 @@ from analysis.load import AnalysisError, load_runs
 from analysis.summary import runs_per_run, summarize
 from launch.server import ServerError
 from launch.sweep import Plan, Sweep, SweepError, _interrupt, log, parse_with_sweep, validate
-from vllm_locust.core.schema import SUMMARY, level_dir, pct_col
+from vllm_locust.core.schema import E2E, E2E_FROM_INTENDED, ITL, SUMMARY, TPOT, TTFT, TTFT_FROM_INTENDED, level_dir, pct_col
 
 # The p95 column a threshold is judged on (open loop: from the intended send).
-JUDGED = {"ttft": (pct_col("TTFT_FROM_INTENDED", 95), pct_col("TTFT", 95)), "itl": (pct_col("ITL", 95),) * 2,
-          "tpot": (pct_col("TPOT", 95),) * 2, "e2e": (pct_col("E2E_FROM_INTENDED", 95), pct_col("E2E", 95))}
+JUDGED = {"ttft": (pct_col(TTFT_FROM_INTENDED, 95), pct_col(TTFT, 95)), "itl": (pct_col(ITL, 95),) * 2,
+          "tpot": (pct_col(TPOT, 95),) * 2, "e2e": (pct_col(E2E_FROM_INTENDED, 95), pct_col(E2E, 95))}
 BOUNDARY_COLUMNS = ("profile", "search", "slo", "boundary", "first_failing", "interval_low", "interval_high", "probes", "note")
 
 

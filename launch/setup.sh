@@ -5,13 +5,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-# Reinstall when requirements.txt changed since the last install (a reused machine keeps .venv).
+# Reinstall when requirements.txt or pyproject.toml changed since the last install (a reused
+# machine keeps .venv). The package itself goes in editable (its commands in .venv/bin, importable
+# from any folder), built offline by the setuptools that requirements.txt pins; its dependencies
+# are the pinned ones already installed (--no-deps).
 stamp=.venv/.requirements.sha1
-want=$(sha1sum requirements.txt | cut -d' ' -f1)
+want=$(cat requirements.txt pyproject.toml | sha1sum | cut -d' ' -f1)
 if [[ ! -x .venv/bin/python ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "setup: installing the load generator into .venv"
   [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
   echo "$want" > "$stamp"
 fi
 

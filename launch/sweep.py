@@ -27,7 +27,6 @@ import textwrap
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import requests
@@ -35,6 +34,7 @@ import requests
 from launch.manifest import external_manifest
 from launch.server import ServerError, ServerProcess, last_line, serve_sh
 from vllm_locust.core.arrivals import parse_rates
+from vllm_locust.core.versions import versions
 from vllm_locust.core.schema import (FAILURE_RECORD, INCOMPLETE, LOCUST_CSV_PREFIX, LOCUST_LOG, LOCUST_WORKERS_LOG,
                                 MANIFEST, METRICS_AFTER, METRICS_BEFORE, METRICS_CSV, RUN_RECORD, FailureRecord,
                                 RecordError, RunRecord, level_name, read_record, server_dir, sweep_run_dir,
@@ -271,16 +271,6 @@ def run_params(args) -> dict:
             "server_cpus": os.environ.get("SERVER_CPUS", "")}
 
 
-def suite_versions() -> dict:
-    out = {}
-    for name in ("locust", "openai", "gevent", "pandas", "prometheus-client"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def sweep_settings(profile: str) -> dict:
     proc = serve_sh(profile, "--sweep-settings")
     return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
@@ -500,7 +490,7 @@ class Sweep:
             profile=label, concurrency=c, repeat=r, warmup_s=self.args.warmup, duration_s=self.args.duration, url=url,
             external=bool(self.plan.external), server_dir=str(sdir), workers=self.workers_for(level),
             reset_prefix_cache=reset_cache, locust_args=list(self.args.locust_args), locust_exit=rc,
-            started_at=started_at, finished_at=now_iso(), versions=suite_versions(), params=run_params(self.args),
+            started_at=started_at, finished_at=now_iso(), versions=versions(), params=run_params(self.args),
             request_rate=rate))
 
     def workers_for(self, level: tuple) -> int:

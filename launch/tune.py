@@ -44,7 +44,7 @@ from analysis.summary import runs_per_run, summarize
 from analysis.verdict import Rule, compare, trust_of, verdicts
 from launch.server import ServerError
 from launch.sweep import LABEL_CHARS, Plan, Sweep, SweepError, _interrupt, log, parse_with_sweep, validate
-from vllm_locust.core.schema import COMPARISON, VERDICT, level_name, pct_col, write_atomic
+from vllm_locust.core.schema import COMPARISON, ITL, TTFT, VERDICT, level_name, pct_col, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 PATH_COLUMNS = ("step", "knob", "value", "candidate", "against", "repeats", "verdict", "kept", "level",
@@ -97,11 +97,11 @@ def decide(per_level: pd.DataFrame, comparison: pd.DataFrame, candidate: str) ->
             r = by.get(metric)
             return "" if r is None else f"[{r[COMPARISON.ci_low_pct]:.1f}, {r[COMPARISON.ci_high_pct]:.1f}]"
 
-        worse = any(by.get(m) is not None and by[m][COMPARISON.ci_low_pct] > 0 for m in (pct_col("TTFT", 95), pct_col("ITL", 95)))
+        worse = any(by.get(m) is not None and by[m][COMPARISON.ci_low_pct] > 0 for m in (pct_col(TTFT, 95), pct_col(ITL, 95)))
         decided.append(BEATS if bool(v.beats) else WORSE if worse else None)
         rows.append({"level": level_name(rate, v.concurrency),
-                     "p95_ttft_change_pct": v.p95_ttft_change_pct, "p95_ttft_ci": ci(pct_col("TTFT", 95)),
-                     "p95_itl_change_pct": v.p95_itl_change_pct, "p95_itl_ci": ci(pct_col("ITL", 95)),
+                     "p95_ttft_change_pct": v.p95_ttft_change_pct, "p95_ttft_ci": ci(pct_col(TTFT, 95)),
+                     "p95_itl_change_pct": v.p95_itl_change_pct, "p95_itl_ci": ci(pct_col(ITL, 95)),
                      "throughput_change_pct": v.throughput_change_pct, "trusted": v.trusted, "why": v.why})
     if decided and all(d == BEATS for d in decided):
         return BEATS, rows

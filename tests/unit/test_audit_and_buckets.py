@@ -144,7 +144,8 @@ def test_the_loop_lag_advice_depends_on_what_is_in_use(caplog, processes, worker
 
     from locust.runners import WorkerRunner
 
-    from vllm_locust.plugin.vllm_plugin import VllmPlugin
+    from vllm_locust.core.schema import LOOP_LAG_MS, MEASURED, ClientRow
+    from vllm_locust.plugin.selfaudit import SelfAudit
 
     class Worker(WorkerRunner):  # a worker's runner, without a master to connect to
         def __init__(self):
@@ -154,12 +155,13 @@ def test_the_loop_lag_advice_depends_on_what_is_in_use(caplog, processes, worker
             pass
 
     runner = Worker() if worker else SimpleNamespace()
-    plugin = VllmPlugin.__new__(VllmPlugin)  # the warning alone, without a Locust environment
-    plugin.environment = SimpleNamespace(runner=runner, parsed_options=Namespace(
+    environment = SimpleNamespace(runner=runner, parsed_options=Namespace(
         max_loop_lag_ms=2.0, processes=processes, worker=worker))
-    plugin.worker_id, plugin.measured_lag_ms = "host-1", [0.5] * 90 + [30.0] * 10
-    with caplog.at_level("WARNING", logger="vllm_locust.plugin.vllm_plugin"):
-        plugin.warn_if_late()
+    audit = SelfAudit(environment, "host-1", run=None, write=lambda row: None)  # the warning alone
+    for lag_ms in [0.5] * 90 + [30.0] * 10:
+        audit.client_row(ClientRow("r", "host-1", 0.0, MEASURED, 1, 0, LOOP_LAG_MS, lag_ms))
+    with caplog.at_level("WARNING", logger="vllm_locust.plugin.selfaudit"):
+        audit.warn_if_late()
     [line] = [r.getMessage() for r in caplog.records]
     assert "client fell behind" in line and advice in line, line
     if worker:

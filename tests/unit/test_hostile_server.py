@@ -35,7 +35,7 @@ def failures(fired) -> list[str]:
 
 def not_refused(env) -> bool:
     """The server answered: nothing counted towards --stop-after-refused-s."""
-    return VllmPlugin.of(env)._refused_since is None
+    return VllmPlugin.of(env).refusals.refused_since is None
 
 
 @pytest.mark.parametrize("transport", ["lean", "httpx"])
@@ -136,14 +136,14 @@ def test_a_dripping_server_completes_nothing_and_the_run_says_so(fake_server, tm
     fake_server.configure(hostile="drip", drip_ms=20)
     env, fired = make_env(fake_server.url, tmp_path, max_tokens=4)
     plugin = VllmPlugin.of(env)
-    plugin.started_s = 1.0  # a run is in progress
+    plugin.run.begin()  # a run is in progress
     user = ChatStreamUser(env)
     user.on_start()
     request = gevent.spawn(user.stream_completion)
     request.join(timeout=0.5)
     request.kill()  # the run's stop: the request never completed
     with caplog.at_level(logging.ERROR):
-        plugin.judge_failures()
+        plugin.verdict.judge()
     assert env.process_exit_code == 2
     lines = [r.getMessage() for r in caplog.records if "no request completed" in r.getMessage()]
     assert lines == ["no request completed and none failed (all were still in flight when the run stopped); "
@@ -154,9 +154,9 @@ def judged(env, n: int) -> None:
     """``n`` requests counted in Locust's stats (a runner feeds them), then the end-of-run verdict."""
     env.create_local_runner()
     try:
-        VllmPlugin.of(env).started_s = 1.0
+        VllmPlugin.of(env).run.begin()
         run_requests(env, n=n)
-        VllmPlugin.of(env).judge_failures()
+        VllmPlugin.of(env).verdict.judge()
     finally:
         env.runner.quit()
 
@@ -205,10 +205,10 @@ def test_the_run_itself_refuses_a_prompt_the_model_cannot_take(fake_server, tmp_
                       parsed_options=defaults(samples_dir=str(tmp_path), workload="shared-prefix", prompt_tokens=300,
                                               prefix_tokens=256, max_tokens=16, metrics_interval=0))
     env.create_local_runner()
-    plugin = VllmPlugin.on_init(env)
+    VllmPlugin.on_init(env)
     try:
         with caplog.at_level(logging.ERROR):
-            plugin.on_test_start(env)
+            env.events.test_start.fire(environment=env)
         assert env.process_exit_code == 2
         assert any("--prefix-tokens 256 + --prompt-tokens 300 with --max-tokens 16 needs 572 tokens" in r.getMessage()
                    for r in caplog.records)

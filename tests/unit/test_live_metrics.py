@@ -65,9 +65,9 @@ def test_web_ui_serves_latest_values_history_and_csv(tmp_path, monkeypatch):
         plugin = VllmPlugin.on_init(env)
         client = env.web_ui.app.test_client()
         assert json.loads(client.get("/server-metrics").data)["history"] == [], "before a run: empty, not an error"
-        plugin.live.start(server.url, 0.1, str(tmp_path))  # what test start does, at 10 scrapes/s
+        plugin.view.live.start(server.url, 0.1, str(tmp_path))  # what test start does, at 10 scrapes/s
         data = wait_for(lambda: json.loads(client.get("/server-metrics").data), lambda d: len(d["history"]) >= 2)
-        plugin.live.stop()
+        plugin.view.live.stop()
         assert data["latest"]["num_requests_running"] == 0.0 and data["notice"] == ""
         rows = list(csv.DictReader(client.get("/server-metrics.csv").data.decode().splitlines()))
         assert len(rows) >= 2 and "kv_cache_usage_perc" in rows[0]

@@ -49,7 +49,7 @@ def master(tmp_path, monkeypatch, **options):
     env = Environment(user_classes=[Idle], events=Events(), host="http://127.0.0.1:9", parsed_options=parsed)
     env.create_master_runner("127.0.0.1", 0)  # a random free port on loopback
     plugin = VllmPlugin.on_init(env)
-    plugin.state.run_id = RUN  # a run in progress (what test_start publishes)
+    plugin.run.publish(run_id=RUN)  # a run in progress (what test_start publishes)
     return env, plugin
 
 
@@ -81,7 +81,7 @@ def hello(plugin, node_id: str, worker_id: str, token: str | None = None) -> Non
     data = {"worker_id": worker_id, "host": "h", "pid": 1, "versions": {}, "cpus": [0], "t_s": 0.0}
     if token is not None:
         data["vllm_locust_token"] = token
-    plugin.on_hello_message(msg=Message(HELLO_MESSAGE, data, node_id), environment=plugin.environment)
+    plugin.master.on_hello_message(msg=Message(HELLO_MESSAGE, data, node_id), environment=plugin.environment)
 
 
 def worker(env, plugin, node_id="node-a", worker_id="host-1", token=None) -> str:
@@ -122,10 +122,10 @@ def test_a_registered_workers_rows_are_written(env, tmp_path):
     env_, plugin = env
     node = worker(env_, plugin)
     text = csv_text(SampleRow, [sample(), sample(value="21")])
-    plugin.on_worker_report(client_id=node, data=report({name(samples_file): text}))
+    plugin.master.on_worker_report(client_id=node, data=report({name(samples_file): text}))
     assert written(tmp_path) == {name(samples_file): text}
     # its next report's lines are appended without a second header
-    plugin.on_worker_report(client_id=node, data=report({name(samples_file): csv_text(SampleRow, [sample()], False)}))
+    plugin.master.on_worker_report(client_id=node, data=report({name(samples_file): csv_text(SampleRow, [sample()], False)}))
     assert (tmp_path / name(samples_file)).read_bytes().decode() == text + csv_text(SampleRow, [sample()], False)
 
 
@@ -134,13 +134,13 @@ def test_rows_from_a_peer_that_never_registered_are_not_written(env, tmp_path, c
     forged = csv_text(SampleRow, [sample(worker_id="evil", value="0.5")] * 2000)
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
-            plugin.on_worker_report(client_id="evil", data=report({name(samples_file, "evil"): forged}))
+            plugin.master.on_worker_report(client_id="evil", data=report({name(samples_file, "evil"): forged}))
     assert written(tmp_path) == {}, "an unregistered peer's 2,000 rows moved a run's p50 TTFT from 20.47 to 0.5 ms"
     said = [r for r in caplog.records if "evil" in r.getMessage()]
     assert len(said) == 1, "dropped and logged once per peer and reason, not per report or row"
     # registered with Locust (client_ready) but never said hello as this suite's worker: still not
     register(env_, "evil")
-    plugin.on_worker_report(client_id="evil", data=report({name(samples_file, "evil"): forged}))
+    plugin.master.on_worker_report(client_id="evil", data=report({name(samples_file, "evil"): forged}))
     assert written(tmp_path) == {}
 
 
@@ -157,7 +157,7 @@ def test_rows_only_into_this_runs_files_of_that_worker(env, tmp_path, bad):
     (tmp_path / name(samples_file, run_id="OLDRUN")).write_text(csv_text(SampleRow, [sample(run_id="OLDRUN")]))
     before = written(tmp_path)
     node = worker(env_, plugin)
-    plugin.on_worker_report(client_id=node, data=report({bad: csv_text(SampleRow, [sample()])}))
+    plugin.master.on_worker_report(client_id=node, data=report({bad: csv_text(SampleRow, [sample()])}))
     assert written(tmp_path) == before
     assert not (tmp_path.parent / "escape.csv").exists()
 
@@ -166,7 +166,7 @@ def test_rows_of_another_run_id_in_this_runs_file_are_dropped(env, tmp_path):
     env_, plugin = env
     node = worker(env_, plugin)
     for row in (sample(run_id="OLDRUN"), sample(worker_id="host-2")):
-        plugin.on_worker_report(client_id=node, data=report({name(samples_file): csv_text(SampleRow, [row])}))
+        plugin.master.on_worker_report(client_id=node, data=report({name(samples_file): csv_text(SampleRow, [row])}))
     assert written(tmp_path) == {}
 
 
@@ -174,7 +174,7 @@ def test_rows_of_another_run_id_in_this_runs_file_are_dropped(env, tmp_path):
 def test_rows_that_are_not_a_mapping_of_text_do_not_crash_the_master(env, tmp_path, files):
     env_, plugin = env
     node = worker(env_, plugin)
-    plugin.on_worker_report(client_id=node, data=report(files))  # raised AttributeError: the master exited 2
+    plugin.master.on_worker_report(client_id=node, data=report(files))  # raised AttributeError: the master exited 2
     assert written(tmp_path) == {}
 
 
@@ -182,7 +182,7 @@ def test_rows_that_are_not_a_mapping_of_text_do_not_crash_the_master(env, tmp_pa
 def test_a_report_that_is_not_a_mapping_does_not_crash_the_master(env, data):
     env_, plugin = env
     node = worker(env_, plugin)
-    plugin.on_worker_report(client_id=node, data=data)
+    plugin.master.on_worker_report(client_id=node, data=data)
 
 
 @pytest.mark.parametrize("kind,rows", [
@@ -197,16 +197,16 @@ def test_a_report_that_is_not_a_mapping_does_not_crash_the_master(env, data):
 def test_malformed_rows_are_dropped(env, tmp_path, kind, rows):
     env_, plugin = env
     node = worker(env_, plugin)
-    plugin.on_worker_report(client_id=node, data=report({name(kind): csv_text(SampleRow, rows)}))
+    plugin.master.on_worker_report(client_id=node, data=report({name(kind): csv_text(SampleRow, rows)}))
     assert written(tmp_path) == {}
 
 
 def test_wrong_header_or_none_for_a_new_file_is_dropped(env, tmp_path):
     env_, plugin = env
     node = worker(env_, plugin)
-    plugin.on_worker_report(client_id=node, data=report({name(samples_file): csv_text(SampleRow, [sample()], False)}))
+    plugin.master.on_worker_report(client_id=node, data=report({name(samples_file): csv_text(SampleRow, [sample()], False)}))
     wrong = csv_text(RequestRow, []) + csv_text(SampleRow, [sample()], False)
-    plugin.on_worker_report(client_id=node, data=report({name(samples_file): wrong}))
+    plugin.master.on_worker_report(client_id=node, data=report({name(samples_file): wrong}))
     assert written(tmp_path) == {}
 
 
@@ -214,7 +214,7 @@ def test_a_good_file_is_kept_beside_a_dropped_one(env, tmp_path):
     env_, plugin = env
     node = worker(env_, plugin)
     good = csv_text(SampleRow, [sample()])
-    plugin.on_worker_report(client_id=node, data=report({name(samples_file): good, name(requests_file): "a,b\r\n"}))
+    plugin.master.on_worker_report(client_id=node, data=report({name(samples_file): good, name(requests_file): "a,b\r\n"}))
     assert written(tmp_path) == {name(samples_file): good}
 
 
@@ -222,10 +222,10 @@ def test_the_hello_must_name_a_worker_and_not_another_workers(env, tmp_path):
     env_, plugin = env
     worker(env_, plugin, "node-a", "host-1")
     worker(env_, plugin, "node-b", "host-1")  # claims node-a's worker id, to write into its files
-    plugin.on_worker_report(client_id="node-b", data=report({name(samples_file): csv_text(SampleRow, [sample()])}))
+    plugin.master.on_worker_report(client_id="node-b", data=report({name(samples_file): csv_text(SampleRow, [sample()])}))
     assert written(tmp_path) == {}
-    plugin.on_hello_message(msg=Message(HELLO_MESSAGE, ["not", "a", "mapping"], "node-a"), environment=env_)
-    assert [w["worker_id"] for w in plugin.roster.as_list() if "worker_id" in w] == ["host-1"]
+    plugin.master.on_hello_message(msg=Message(HELLO_MESSAGE, ["not", "a", "mapping"], "node-a"), environment=env_)
+    assert [w["worker_id"] for w in plugin.master.roster.as_list() if "worker_id" in w] == ["host-1"]
 
 
 def test_with_a_token_only_a_worker_that_has_it_is_heard(tokened, tmp_path):
@@ -234,17 +234,17 @@ def test_with_a_token_only_a_worker_that_has_it_is_heard(tokened, tmp_path):
     worker(env_, plugin, "node-a", "host-1")  # no token
     worker(env_, plugin, "node-b", "host-2", token="wrong")
     worker(env_, plugin, "node-c", "host-3", token=TOKEN)
-    plugin.on_worker_report(client_id="node-a", data=report({name(samples_file, "host-1"): text[0]}))
-    plugin.on_worker_report(client_id="node-b", data=report({name(samples_file, "host-2"): text[1]}, token="wrong"))
+    plugin.master.on_worker_report(client_id="node-a", data=report({name(samples_file, "host-1"): text[0]}))
+    plugin.master.on_worker_report(client_id="node-b", data=report({name(samples_file, "host-2"): text[1]}, token="wrong"))
     # node-c's hello had the token but this report has not; node-a's report has it but its hello had not
-    plugin.on_worker_report(client_id="node-c", data=report({name(samples_file, "host-3"): text[2]}))
-    plugin.on_worker_report(client_id="node-a", data=report({name(samples_file, "host-1"): text[0]}, token=TOKEN))
+    plugin.master.on_worker_report(client_id="node-c", data=report({name(samples_file, "host-3"): text[2]}))
+    plugin.master.on_worker_report(client_id="node-a", data=report({name(samples_file, "host-1"): text[0]}, token=TOKEN))
     assert written(tmp_path) == {}
-    plugin.on_worker_report(client_id="node-c", data=report({name(samples_file, "host-3"): text[2]}, token=TOKEN))
+    plugin.master.on_worker_report(client_id="node-c", data=report({name(samples_file, "host-3"): text[2]}, token=TOKEN))
     assert written(tmp_path) == {name(samples_file, "host-3"): text[2]}
-    introduced = [w for w in plugin.roster.as_list() if "worker_id" in w]
+    introduced = [w for w in plugin.master.roster.as_list() if "worker_id" in w]
     assert [w["worker_id"] for w in introduced] == ["host-3"]
-    assert all("vllm_locust_token" not in w for w in plugin.roster.as_list()), "the token is not in the load record"
+    assert all("vllm_locust_token" not in w for w in plugin.master.roster.as_list()), "the token is not in the load record"
 
 
 def test_the_masters_token_is_not_sent_to_workers(tokened):
@@ -253,7 +253,7 @@ def test_the_masters_token_is_not_sent_to_workers(tokened):
     it from its own command line or environment."""
     env_, plugin = tokened
     assert TOKEN not in repr(vars(env_.parsed_options))
-    assert TOKEN not in repr(plugin.load_record())
+    assert TOKEN not in repr(plugin.record.load_record())
 
 
 def test_a_worker_signs_its_hello_and_every_report_with_its_own_token(tmp_path, monkeypatch):
@@ -274,12 +274,12 @@ def test_a_worker_signs_its_hello_and_every_report_with_its_own_token(tmp_path, 
     plugin = VllmPlugin.on_init(env)
     assert [(t, d.get("vllm_locust_token")) for t, d in sent] == [(HELLO_MESSAGE, TOKEN)]
     data = {}
-    plugin.on_report_to_master(client_id="w", data=data)
+    plugin.worker.on_report_to_master(client_id="w", data=data)
     assert data.get("vllm_locust_token") == TOKEN
     # the master's spawn message replaces a worker's options with the master's: not its token
     vars(env.parsed_options).update({"worker_token": ""})
     data = {}
-    plugin.on_report_to_master(client_id="w", data=data)
+    plugin.worker.on_report_to_master(client_id="w", data=data)
     assert data.get("vllm_locust_token") == TOKEN
 
 

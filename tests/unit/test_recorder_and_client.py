@@ -85,13 +85,14 @@ def test_a_failed_requests_time_stays_out_of_locusts_percentiles():
     from locust.env import Environment
     from locust.event import Events
 
-    from vllm_locust.core.reporting import RequestInfo, RequestReport
+    from vllm_locust.core.record import Labels, RequestInfo
+    from vllm_locust.core.reporting import RequestReport
 
     env = Environment(events=Events())
     env.create_local_runner()
-    info = RequestInfo("r", "w", "w:1", "chat", "measured", 1, None, 0.0, 0.0)
+    info = RequestInfo(Labels("r", "measured", 1, None), "w", "w:1", "chat", 0.0, 0.0)
     for _ in range(3):
-        RequestReport(env, None, info).failure(0.3, RuntimeError("connection failed"))
+        RequestReport(env, None, info).failure(RuntimeError("connection failed"))
     RequestReport(env, None, info).sample("E2E", 250.0, 0.25, 8)
     entry = env.stats.get("E2E", "chat")
     assert entry.num_requests == 4 and entry.num_failures == 3

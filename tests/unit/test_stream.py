@@ -142,3 +142,33 @@ def test_a_body_in_an_encoding_not_asked_for_is_refused_by_name():
 
     with pytest.raises(StreamError, match=r"^bad response: Content-Encoding gzip \(the suite asks for identity\)$"):
         read_stream(Gzipped())
+
+
+@pytest.mark.parametrize("payloads,limits,kind", [
+    (at([1, 2], [chat("a"), chat("b")]), None, "stream_incomplete"),
+    (at([1, 2], [chat("a"), b"{oops"]), None, "malformed_chunk"),
+    (at([1], [{"usage": None}]), None, "malformed_chunk"),
+    (at([1, 2], [chat("a"), {"error": {"message": "engine dead", "code": 500}}]), None, "server_error_in_stream"),
+    (at(range(20), [chat("a")] * 20), 8, "too_many_tokens"),
+])
+def test_each_stream_error_carries_its_kind(payloads, limits, kind):
+    """The kind is set where the error is raised: nothing reads it back from the message."""
+    from vllm_locust.core.stream import StreamLimits
+
+    with pytest.raises(StreamError) as caught:
+        consume(payloads, limits=StreamLimits(max_tokens=limits) if limits else None)
+    assert caught.value.kind.value == kind, (caught.value, caught.value.kind)
+
+
+def test_an_event_over_the_size_limit_is_its_own_kind():
+    from vllm_locust.core.stream import StreamLimits, read_stream
+
+    class Body:
+        headers: dict = {}
+
+        def iter_raw(self):
+            yield event(chat("x" * 5000))
+
+    with pytest.raises(StreamError) as caught:
+        read_stream(Body(), limits=StreamLimits(max_tokens=8, max_event_bytes=1024))
+    assert caught.value.kind.value == "event_too_large" and str(caught.value).startswith("event over"), caught.value

@@ -24,10 +24,9 @@ def make_env(url, tmp_path, **opts):
                 prompt_cache_dir="", samples_dir=str(tmp_path))
     options = defaults(**{**base, **opts})
     env = Environment(user_classes=[ChatStreamUser], host=url, events=events, parsed_options=options)
-    plugin = VllmPlugin(env)
-    plugin.worker_id = "w1"
-    plugin.recorder = SampleRecorder(tmp_path, "w1")
-    plugin.state.run_id = "r1"
+    plugin = VllmPlugin(env, worker_id="w1")
+    plugin.recording.use(SampleRecorder(tmp_path, "w1"))
+    plugin.run.publish(run_id="r1")
     fired = []
     events.request.add_listener(lambda **kw: fired.append(kw))
     return env, fired
@@ -38,7 +37,7 @@ def run_requests(env, n=1):
     user.on_start()
     for _ in range(n):
         user.stream_completion()
-    VllmPlugin.of(env).recorder.close()
+    VllmPlugin.of(env).recording.close()
 
 
 def by_name(fired, name):
@@ -72,7 +71,7 @@ def test_usage_chunks_and_raw_files(fake_server, tmp_path, transport):
 def test_warmup_samples_recorded_but_not_fired(fake_server, tmp_path):
     fake_server.configure(ttft_ms=5, itl_ms=1)
     env, fired = make_env(fake_server.url, tmp_path, max_tokens=3)
-    VllmPlugin.of(env).state.phase = WARMUP
+    VllmPlugin.of(env).run.publish(phase=WARMUP)
     run_requests(env)
     assert fired == [], "warm-up samples never reach Locust's stats"
     phases = {s["phase"] for s in read_csv(tmp_path / "samples-r1-w1.csv")}
@@ -111,10 +110,9 @@ def test_each_fault_before_or_in_the_stream_has_its_own_message(fake_server, tmp
     failures = [e for e in fired if e["exception"] is not None]
     assert len(failures) == 1 and str(failures[0]["exception"]).startswith(message), str(failures[0]["exception"])
     assert read_csv(tmp_path / "requests-r1-w1.csv")[0]["error"] == str(failures[0]["exception"])
-    from vllm_locust.backend.client import failure_kind
-
-    assert failure_kind(str(failures[0]["exception"])) == {"http500": "http_5xx", "http429": "http_429",
-                                                           "reset": "connection", "shape": "malformed_chunk"}[mode]
+    assert failures[0]["exception"].kind.value == {"http500": "http_5xx", "http429": "http_429",
+                                                   "reset": "connection", "shape": "malformed_chunk"}[mode]
+    assert read_csv(tmp_path / "requests-r1-w1.csv")[0]["kind"] == failures[0]["exception"].kind.value
 
 
 def test_a_server_that_never_answers_is_a_timeout(fake_server, tmp_path):
@@ -179,7 +177,7 @@ def test_a_run_stopped_mid_stream_keeps_the_request_row_marked_interrupted(fake_
     greenlet = gevent.spawn(user.stream_completion)
     gevent.sleep(0.3)  # TTFT and a few gaps are in; the stream runs for 2 s more
     greenlet.kill(block=True)
-    VllmPlugin.of(env).recorder.close()
+    VllmPlugin.of(env).recording.close()
     rows = read_csv(tmp_path / "requests-r1-w1.csv")
     assert len(rows) == 1 and rows[0]["error"] == INTERRUPTED, rows
     assert rows[0]["ttft_ms"] and not rows[0]["e2e_ms"]
@@ -224,7 +222,7 @@ def test_each_user_keeps_its_own_connection_and_every_request_is_unique(fake_ser
     ports = [r["client_port"] for r in log]
     assert len(set(ports)) == 3 and ports[:3] * 3 == ports, "one keep-alive connection per user, reused"
     plugin = VllmPlugin.of(env)
-    assert len({id(u.client) for u in users}) == 3 and plugin._tls is not None, "own clients, one TLS context"
+    assert len({id(u.client) for u in users}) == 3 and plugin.clients.tls is not None, "own clients, one TLS context"
 
 
 def test_back_to_back_requests_reuse_the_connection(fake_server, tmp_path):
@@ -259,13 +257,13 @@ def test_many_users_starting_together_never_fork(fake_server, tmp_path, monkeypa
     forks = []
     real = subprocess.check_output
     monkeypatch.setattr(subprocess, "check_output", lambda *a, **k: forks.append(a) or real(*a, **k))
-    plugin.state.run_id = "r1"
-    plugin.recorder = SampleRecorder(tmp_path, "w1")
+    plugin.run.publish(run_id="r1")
+    plugin.recording.use(SampleRecorder(tmp_path, "w1"))
     users = [ChatStreamUser(env) for _ in range(20)]
     for user in users:
         user.on_start()
     gevent.joinall([gevent.spawn(user.stream_completion) for user in users], raise_error=True)
-    plugin.recorder.close()
+    plugin.recording.close()
     assert len(read_csv(tmp_path / "requests-r1-w1.csv")) == 20
     assert forks == [], f"{len(forks)} forks while users started"
 
@@ -301,7 +299,7 @@ def test_a_worker_told_to_spawn_before_its_plugin_attached_still_records(tmp_pat
     env.runner = runner
     plugin = VllmPlugin.on_init(env)
     try:
-        assert plugin.recorder is not None, "test_start already fired: the plugin must start the recorder itself"
+        assert plugin.recording.recorder is not None, "test_start already fired: the plugin must start the recorder itself"
         assert [m.type for m in sent] == ["vllm_locust_hello"], "and ask the master for the run state it missed"
     finally:
-        plugin.audit.stop()
+        plugin.self_audit.stop()

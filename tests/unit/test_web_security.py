@@ -69,8 +69,7 @@ def resets(server) -> int:
 
 
 def running(plugin) -> None:
-    plugin.publish(run_id="r1")
-    plugin.started_s = 1.0
+    plugin.run.publish(run_id="r1")  # a run in progress
 
 
 def test_a_cross_site_swarm_is_refused_and_the_key_goes_nowhere(web, attacker):
@@ -95,7 +94,7 @@ def test_cross_site_markers_and_resets_are_refused(web, headers):
     marker = client.post("/vllm-server/marker", headers=headers, data={"label": "x"})
     reset = client.post("/vllm-server/reset-prefix-cache", headers={**headers, "Content-Type": "text/plain"}, data="x")
     assert (marker.status_code, reset.status_code) == (403, 403)
-    assert plugin.markers == [] and resets(server) == 0
+    assert plugin.view.markers == [] and resets(server) == 0
 
 
 @pytest.mark.parametrize("route", ["/stop", "/stats/reset", "/user"])
@@ -111,7 +110,7 @@ def test_the_ui_itself_and_scripts_are_accepted(web, headers):
     running(plugin)
     assert client.post("/vllm-server/marker", headers=headers, json={"label": "ok"}).status_code == 200
     assert client.post("/vllm-server/reset-prefix-cache", headers=headers).status_code == 200
-    assert resets(server) == 1 and len(plugin.markers) == 2
+    assert resets(server) == 1 and len(plugin.view.markers) == 2
     assert client.post("/stop", headers=headers).status_code == 200
 
 
@@ -131,7 +130,7 @@ def test_a_rebound_name_cannot_read_or_drive_a_loopback_ui(web):
     rebound = {"Host": "evil.example:8089", "Origin": "http://evil.example:8089"}
     assert client.get("/server-metrics", headers=rebound).status_code == 403
     assert client.post("/vllm-server/marker", headers=rebound, json={"label": "x"}).status_code == 403
-    assert plugin.markers == []
+    assert plugin.view.markers == []
     for name in ("127.0.0.1:8089", "localhost", "[::1]:8089"):
         assert client.get("/server-metrics", headers={"Host": name}).status_code == 200, name
 
@@ -140,12 +139,12 @@ def test_an_oversized_marker_body_is_refused_unread(web):
     _env, plugin, client, _server = web
     running(plugin)
     answer = client.post("/vllm-server/marker", json={"label": "x" * 2_000_000})
-    assert answer.status_code == 413 and plugin.markers == []
+    assert answer.status_code == 413 and plugin.view.markers == []
     assert client.post("/vllm-server/marker", data={"label": "y" * 200_000}).status_code == 413
     assert client.post("/user", data="[" * 200_000).status_code == 413, "Locust's own routes are bounded too"
     answer = client.post("/vllm-server/marker", json={"label": "x" * (MARKER_BODY_BYTES + 1)})
     assert answer.status_code == 413 and answer.get_json()["message"].startswith("a marker's body is at most")
-    assert plugin.markers == []
+    assert plugin.view.markers == []
 
 
 def test_a_refusal_is_logged_once_per_origin(web, caplog):
@@ -162,19 +161,20 @@ def test_a_long_label_is_refused_not_cut(web):
     answer = client.post("/vllm-server/marker", json={"label": "z" * (MAX_LABEL_CHARS + 1)})
     assert answer.status_code == 400 and str(MAX_LABEL_CHARS) in answer.get_json()["message"]
     assert client.post("/vllm-server/marker", json={"label": "z" * MAX_LABEL_CHARS}).status_code == 200
-    assert [len(m["label"]) for m in plugin.markers] == [MAX_LABEL_CHARS]
+    assert [len(m["label"]) for m in plugin.view.markers] == [MAX_LABEL_CHARS]
 
 
 def test_markers_per_run_are_capped_and_the_status_is_bounded(web):
     _env, plugin, client, server = web
     running(plugin)
-    plugin.markers = [{"t_s": 2.0 + i, "label": f"m{i}", "kind": "marker"} for i in range(MAX_MARKERS - 1)]
+    for i in range(MAX_MARKERS - 1):
+        plugin.view.add_marker(f"m{i}", "marker")
     assert client.post("/vllm-server/marker", json={"label": "last"}).status_code == 200
     refused = client.post("/vllm-server/marker", json={"label": "one too many"})
     assert refused.status_code == 429 and f"{MAX_MARKERS} markers" in refused.get_json()["message"]
     reset = client.post("/vllm-server/reset-prefix-cache")
     assert reset.status_code == 429 and resets(server) == 0, "an unmarked reset would go unexplained"
-    assert len(plugin.markers) == MAX_MARKERS
+    assert len(plugin.view.markers) == MAX_MARKERS
     status = client.get("/server-metrics").get_json()
     assert len(status["markers"]) == SHOWN_MARKERS and status["markers"][-1]["label"] == "last"
     assert status["markers_total"] == MAX_MARKERS

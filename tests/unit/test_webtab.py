@@ -49,8 +49,8 @@ def test_the_tab_is_registered_and_the_index_page_loads_its_charts(web):
 
 def test_stats_carry_the_tabs_rows(web):
     _env, plugin, client, _server = web
-    plugin.client_series.add({"TTFT": [10.0, 20.0], "ITL": [1.0], "counts": {"TTFT": 2, "ITL": 1}})
-    plugin.client_series.tick(users=3)
+    plugin.view.client_series.add({"TTFT": [10.0, 20.0], "ITL": [1.0], "counts": {"TTFT": 2, "ITL": 1}})
+    plugin.view.client_series.tick(users=3)
     stats = client.get("/stats/requests").get_json()
     (tab,) = [t for t in stats["extendedStats"] if t["key"] == TAB_KEY]
     figures = {row["figure"]: row["value"] for row in tab["data"]}
@@ -61,28 +61,26 @@ def test_stats_carry_the_tabs_rows(web):
 def test_a_marker_needs_a_run_in_progress_and_a_label(web):
     _env, plugin, client, _server = web
     assert client.post("/vllm-server/marker", json={"label": "x"}).status_code == 409
-    plugin.publish(run_id="r1")
-    plugin.started_s = 1.0
+    plugin.run.publish(run_id="r1")  # a run in progress
     assert client.post("/vllm-server/marker", json={"label": " "}).status_code == 400
     answer = client.post("/vllm-server/marker", json={"label": "config changed"}).get_json()
     assert answer["success"] and answer["marker"]["label"] == "config changed"
     shown = client.get("/server-metrics").get_json()["markers"]
     assert [m["label"] for m in shown] == ["config changed"]
-    assert plugin.load_record().markers == shown, "markers go to the run's load record"
+    assert plugin.record.load_record().markers == shown, "markers go to the run's load record"
 
 
 def test_the_reset_button_reaches_the_server_and_is_marked(web):
     _env, plugin, client, server = web
-    plugin.publish(run_id="r1")
-    plugin.started_s = 1.0
+    plugin.run.publish(run_id="r1")  # a run in progress
     before = server.prefix_cache_resets()  # the in-process mock's count is process-wide
     answer = client.post("/vllm-server/reset-prefix-cache").get_json()
     assert answer["success"] and server.prefix_cache_resets() == before + 1
-    assert [m["kind"] for m in plugin.markers] == ["prefix cache reset"]
+    assert [m["kind"] for m in plugin.view.markers] == ["prefix cache reset"]
     server.configure(reset_prefix_cache=False)  # vLLM without VLLM_SERVER_DEV_MODE=1
     response = client.post("/vllm-server/reset-prefix-cache")
     assert response.status_code == 502 and response.get_json()["message"] == NOT_ALLOWED
-    assert server.prefix_cache_resets() == before + 1 and len(plugin.markers) == 1, "a refused reset is not marked"
+    assert server.prefix_cache_resets() == before + 1 and len(plugin.view.markers) == 1, "a refused reset is not marked"
 
 
 def test_reset_against_nothing_says_so_in_one_line():

@@ -2,8 +2,8 @@ import pytest
 
 from launch.make_tiny_model import write_model
 from vllm_locust.backend.tokencount import LocalTokenCounter, WordCounter
-from vllm_locust.core.workloads import (ExactBuilder, PromptLengthError, WorkloadSpec, build_prompts, build_workload,
-                                   load_or_build)
+from vllm_locust.core.sources.exact import ExactBuilder, PromptLengthError
+from vllm_locust.core.workloads import WorkloadSpec, build_prompts, build_workload, load_or_build
 
 
 @pytest.fixture(scope="module")

@@ -128,16 +128,16 @@ def test_the_master_stops_the_run_once_when_its_workers_rows_cannot_be_written(t
     env.create_master_runner("127.0.0.1", 0)
     plugin = VllmPlugin.on_init(env)
     env.runner.clients["worker-1"] = WorkerNode("worker-1")  # a registered worker that said its hello
-    plugin.on_hello_message(msg=Message(HELLO_MESSAGE, {"worker_id": "w"}, "worker-1"))
-    plugin.state.run_id = "r"
+    plugin.master.on_hello_message(msg=Message(HELLO_MESSAGE, {"worker_id": "w"}, "worker-1"))
+    plugin.run.publish(run_id="r")
     try:
         def full(*_args):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr("vllm_locust.plugin.vllm_plugin.write_received", full)
+        monkeypatch.setattr("vllm_locust.plugin.distribution.write_received", full)
         with caplog.at_level(logging.ERROR):
             for _ in range(3):
-                plugin.on_worker_report("worker-1", {ROWS_KEY: {"samples-r-w.csv": "a\n"}})
+                plugin.master.on_worker_report("worker-1", {ROWS_KEY: {"samples-r-w.csv": "a\n"}})
         assert env.process_exit_code == 2
         lines = [r.getMessage() for r in caplog.records if "No space left on device" in r.getMessage()]
         assert len(lines) == 1 and "stopping the run" in lines[0], lines
@@ -149,8 +149,8 @@ def test_a_recorder_failure_stops_the_run_once(tmp_path, caplog):
     env, plugin = local_plugin(tmp_path)
     try:
         with caplog.at_level(logging.ERROR):
-            plugin.write_failed("samples: cannot write x: [Errno 28] No space left on device; stopping the run")
-            plugin.write_failed("samples: cannot write y: [Errno 28] No space left on device; stopping the run")
+            plugin.failures.write_failed("samples: cannot write x: [Errno 28] No space left on device; stopping the run")
+            plugin.failures.write_failed("samples: cannot write y: [Errno 28] No space left on device; stopping the run")
         assert env.process_exit_code == 2
         assert sum("stopping the run" in r.getMessage() for r in caplog.records) == 1
     finally:
@@ -190,7 +190,7 @@ def test_a_user_killed_mid_stream_dies_even_when_recording_its_row_raises(fake_s
 
     fake_server.configure(ttft_ms=5, itl_ms=40, tokens=50)
     env, _ = make_env(fake_server.url, tmp_path, max_tokens=50)
-    VllmPlugin.of(env).recorder = Broken(tmp_path, "w1")
+    VllmPlugin.of(env).recording.use(Broken(tmp_path, "w1"))
     user = ChatStreamUser(env)
     user.on_start()
     greenlet = gevent.spawn(user.stream_completion)

@@ -11,13 +11,10 @@ import requests
 
 from . import bounds
 from ..core.hosts import normalize_host
+from ..core.outcome import Failure, Outcome, RequestFailure, kind_of_message  # noqa: F401 - RequestFailure re-exported
 from ..core.stream import StreamError
 from .transport import LeanTransport
 from .wire import event_hooks
-
-
-class RequestFailure(Exception):
-    """A failed request, as Locust shows it: one specific line."""
 
 
 class ServerCheckError(Exception):
@@ -122,47 +119,52 @@ def retry_after_s(err: BaseException) -> float | None:
         return 1.0  # an HTTP date or garbage: wait a second, as for a missing header
 
 
-def describe_error(err: BaseException, read_timeout_s: float | None = None) -> str:
-    """One line that says what went wrong with a request, and whose fault it was."""
+def status_kind(code: int) -> Outcome:
+    if code == 429:
+        return Outcome.HTTP_429
+    return {4: Outcome.HTTP_4XX, 5: Outcome.HTTP_5XX}.get(code // 100, Outcome.OTHER)
+
+
+def classify(err: BaseException, read_timeout_s: float | None = None) -> Failure:
+    """What went wrong with a request, and whose fault it was: its kind and one line, decided
+    here from the exception's type (never read back from the line)."""
+    if isinstance(err, RequestFailure):
+        return err.failure
     if isinstance(err, StreamError):
-        return str(err)
+        return Failure(err.kind, str(err))
     if isinstance(err, openai.APIStatusError):
         wait = retry_after_s(err)
         after = f" (Retry-After {wait:g} s: this user waits)" if wait is not None else ""
-        return f"HTTP {err.status_code}: {server_message(err.body) or err.message}{after}"
+        return Failure(status_kind(err.status_code),
+                       f"HTTP {err.status_code}: {server_message(err.body) or err.message}{after}")
     if isinstance(err, (openai.APITimeoutError, httpx2.TimeoutException)):
-        return f"timeout: no bytes for {read_timeout_s:g} s (--read-timeout)" if read_timeout_s else "timeout"
+        return Failure(Outcome.TIMEOUT,
+                       f"timeout: no bytes for {read_timeout_s:g} s (--read-timeout)" if read_timeout_s else "timeout")
     bad = bad_response(err)
     if bad is not None:
-        return f"bad response: {bad}".splitlines()[0]
+        return Failure(Outcome.BAD_RESPONSE, f"bad response: {bad}".splitlines()[0])
     if isinstance(err, openai.APIConnectionError):
         cause = err.__cause__ or err.__context__
-        return f"connection failed: {type(cause).__name__ if cause else 'error'}: {cause or err}".splitlines()[0]
+        return Failure(Outcome.CONNECTION,
+                       f"connection failed: {type(cause).__name__ if cause else 'error'}: {cause or err}".splitlines()[0])
     if isinstance(err, httpx2.TransportError):
         # Raised by the body stream itself (the SDK does not wrap errors after the headers).
-        return f"connection lost mid-stream: {type(err).__name__}: {err}".splitlines()[0]
+        return Failure(Outcome.STREAM_CUT, f"connection lost mid-stream: {type(err).__name__}: {err}".splitlines()[0])
     if isinstance(err, openai.APIError):
-        return f"server error in stream: {server_message(err.body) or err.message}"
+        return Failure(Outcome.SERVER_ERROR_IN_STREAM, f"server error in stream: {server_message(err.body) or err.message}")
     if isinstance(err, json.JSONDecodeError):
-        return f"malformed chunk: not JSON ({err.msg})"
-    return f"client error (not the server's): {type(err).__name__}: {err}".splitlines()[0]
+        return Failure(Outcome.MALFORMED_CHUNK, f"malformed chunk: not JSON ({err.msg})")
+    return Failure(Outcome.CLIENT_ERROR, f"client error (not the server's): {type(err).__name__}: {err}".splitlines()[0])
 
 
-# The kinds of failure, from the one-line messages ``describe_error`` and the stream write (prefix
-# -> kind, first match wins): how the summary and failures.csv count them.
-FAILURE_KINDS = (("HTTP 429", "http_429"), ("HTTP 4", "http_4xx"), ("HTTP 5", "http_5xx"), ("timeout", "timeout"),
-                 ("connection failed", "connection"), ("connection lost mid-stream", "stream_cut"),
-                 ("stream ended without", "stream_incomplete"), ("stream finished", "stream_incomplete"),
-                 ("malformed chunk", "malformed_chunk"), ("server error in stream", "server_error_in_stream"),
-                 ("bad response", "bad_response"), ("event over", "event_too_large"),
-                 ("server sent more than", "too_many_tokens"), ("client error", "client_error"))
+def describe_error(err: BaseException, read_timeout_s: float | None = None) -> str:
+    """One line that says what went wrong with a request, and whose fault it was."""
+    return classify(err, read_timeout_s).message
 
 
 def failure_kind(message: str) -> str:
-    for prefix, kind in FAILURE_KINDS:
-        if message.startswith(prefix):
-            return kind
-    return "other"
+    """The kind of a recorded message (old rows, tests): ``core.outcome.kind_of_message``."""
+    return kind_of_message(message).value
 
 
 def serves_continuous_usage(host: str, api_key: str = "", timeout_s: float = 10.0) -> bool:

@@ -12,7 +12,7 @@ import requests
 
 from . import bounds
 from .client import ServerCheckError, api_base
-from ..plugin.options import workload_spec
+from ..core.sources import source
 from ..core.workloads import WorkloadSpec
 
 
@@ -30,23 +30,21 @@ def model_max_len(host: str, model: str, api_key: str = "", timeout_s: float = 1
     return None
 
 
-def longest_prompt(spec: WorkloadSpec) -> tuple[int, str]:
-    """The longest prompt the workload builds, in tokens, and the options that set it."""
-    if spec.name == "shared-prefix":
-        return spec.prefix_tokens + spec.prompt_tokens, f"--prefix-tokens {spec.prefix_tokens} + --prompt-tokens {spec.prompt_tokens}"
-    if spec.name == "mixed" and spec.long_fraction > 0 and spec.long_prompt_tokens > spec.prompt_tokens:
-        return spec.long_prompt_tokens, f"--long-prompt-tokens {spec.long_prompt_tokens}"
-    return spec.prompt_tokens, f"--prompt-tokens {spec.prompt_tokens}"
+def longest_prompt(spec: WorkloadSpec) -> tuple[int, str] | None:
+    """The longest prompt the workload builds, in tokens, and the options that set it (its source
+    knows; None when it cannot know before building)."""
+    return source(spec.name).longest(spec)
 
 
 def too_long(spec: WorkloadSpec, model: str, max_len: int | None) -> str | None:
     """One line when the longest request (prompt plus ``max_tokens``) exceeds ``max_len``."""
-    if max_len is None:
+    longest = longest_prompt(spec) if max_len is not None else None
+    if longest is None:
         return None
-    prompt, source = longest_prompt(spec)
+    prompt, options = longest
     if prompt + spec.max_tokens <= max_len:
         return None
-    return (f"{source} with --max-tokens {spec.max_tokens} needs {prompt + spec.max_tokens} tokens of context; "
+    return (f"{options} with --max-tokens {spec.max_tokens} needs {prompt + spec.max_tokens} tokens of context; "
             f"{model} takes at most {max_len} (max_model_len in GET /v1/models): the server would refuse every request")
 
 
@@ -60,7 +58,7 @@ def check_fits(host: str, model: str, spec: WorkloadSpec, api_key: str = "") -> 
 def fits_model(host: str, options) -> None:
     """``check_fits`` for a run's options; options that do not make a workload are refused later, by name."""
     try:
-        spec = workload_spec(options)
+        spec = WorkloadSpec.from_options(options)
     except (ValueError, TypeError):
         return
     check_fits(host, options.model, spec, getattr(options, "api_key", "") or "")

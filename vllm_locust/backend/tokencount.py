@@ -3,6 +3,7 @@
 Three counters, best first: the server's own ``/tokenize`` (vLLM serves it always; for chat it
 applies the model's chat template, so the count equals ``usage.prompt_tokens``), a local
 ``tokenizers`` file, and a word count for servers that offer neither (approximate, and says so).
+Each implements ``core.tokens.TokenCounter``, the only side of them the workload builder sees.
 """
 
 from __future__ import annotations
@@ -10,25 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import requests
 
+from ..core.tokens import TokenCounter
 from . import bounds
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog 0123456789."
 
 
-class TokenCounter(Protocol):
-    exact: bool
-    fingerprint: str
-
-    def count_messages(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> int: ...
-
-    def count_text(self, text: str) -> int: ...
-
-
-class ServerTokenCounter:
+class ServerTokenCounter(TokenCounter):
     """Counts with the server's ``POST /tokenize`` (vLLM's extension of the OpenAI API)."""
 
     exact = True
@@ -57,7 +50,7 @@ class ServerTokenCounter:
         return int(self._post({"prompt": text})["count"])
 
 
-class LocalTokenCounter:
+class LocalTokenCounter(TokenCounter):
     """Counts with a local ``tokenizer.json``; for chat it counts message contents only (no template)."""
 
     exact = True
@@ -79,7 +72,7 @@ class LocalTokenCounter:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
 
-class WordCounter:
+class WordCounter(TokenCounter):
     """One token per whitespace word: the last resort when a server has no ``/tokenize``."""
 
     exact = False

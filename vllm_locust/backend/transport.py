@@ -16,11 +16,11 @@ request counted a success; httpx's own transport refuses past 100 KiB).
 
 from __future__ import annotations
 
+import select
 import socket
 from typing import Iterator
 
 import httpx2
-from gevent import select
 from geventhttpclient.response import HTTPParseError, HTTPResponse
 
 from .wire import WireClock
@@ -43,6 +43,8 @@ class _ResponseParser(HTTPResponse):
 def _closed_while_idle(sock: socket.socket) -> bool:
     """An idle keep-alive socket that is readable has been closed by the server (or holds junk)."""
     try:
+        # The standard library's select, looked up at the call: Locust's gevent monkey-patching
+        # makes it gevent's, and the backend imports no gevent itself.
         readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):
         return True

@@ -12,13 +12,24 @@ Arrivals are stamped where the suite reads the body (``sse.stamped_payloads``).
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 
 import httpx2
-from gevent.local import local
 
-_sending = local()  # .clock: the WireClock of the request this greenlet is sending
+# .clock: the WireClock of the request this greenlet is sending. The standard library's
+# ``threading.local`` keeps the backend free of gevent: Locust's monkey-patching turns it into
+# gevent's greenlet-local. It is made at the first request, not at import, because a local made
+# before the patch would stay a thread-local that every greenlet of the process shares.
+_sending: threading.local | None = None
+
+
+def _local() -> threading.local:
+    global _sending
+    if _sending is None:
+        _sending = threading.local()
+    return _sending
 
 
 class WireClock:
@@ -44,15 +55,16 @@ class WireClock:
     @contextmanager
     def active(self):
         """Requests sent from this greenlet inside the block are stamped on this clock."""
-        _sending.clock = self
+        sending = _local()
+        sending.clock = self
         try:
             yield self
         finally:
-            _sending.clock = None
+            sending.clock = None
 
 
 def on_request(request: httpx2.Request) -> None:
-    clock = getattr(_sending, "clock", None)
+    clock = getattr(_local(), "clock", None)
     if clock is not None:
         clock.stamp_send()  # replaced by the trace event when the bytes go out
         request.extensions["trace"] = clock.trace

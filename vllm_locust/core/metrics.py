@@ -16,7 +16,7 @@ returns as live Locust events; the request row is built from the same object whe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .schema import E2E, ITL, METRIC_NAMES, TPOT, TTFT  # noqa: F401  (re-exported names)
 
@@ -28,7 +28,6 @@ class RequestMetrics:
     """One request's latencies in ms; ``None`` where a request ended too early to define one."""
 
     ttft_ms: float | None
-    itl_ms: list[float] = field(default_factory=list)
     e2e_ms: float | None = None
     tpot_ms: float | None = None
 
@@ -38,30 +37,11 @@ def ms_between(start_s: float, end_s: float) -> float:
     return (end_s - start_s) * 1000.0
 
 
-def gaps_ms(times_s: list[float]) -> list[float]:
-    """Gaps between consecutive instants, in ms."""
-    return [ms_between(a, b) for a, b in zip(times_s, times_s[1:])]
-
-
 def tpot_ms(e2e_ms: float, ttft_ms: float, output_tokens: int) -> float | None:
     """Time per output token after the first; ``None`` for fewer than two tokens."""
     if output_tokens < 2:
         return None
     return (e2e_ms - ttft_ms) / (output_tokens - 1)
-
-
-def request_metrics(sent_at_s: float, content_times_s: list[float], output_tokens: int | None = None) -> RequestMetrics:
-    """Metrics of one request from its send instant and the arrival instants of its content chunks.
-
-    ``output_tokens`` is the server's ``usage.completion_tokens`` when it sent one; otherwise the
-    number of content chunks stands in for it (chunks are not always tokens).
-    """
-    if not content_times_s:
-        return RequestMetrics(ttft_ms=None)
-    ttft = ms_between(sent_at_s, content_times_s[0])
-    e2e = ms_between(sent_at_s, content_times_s[-1])
-    tokens = output_tokens if output_tokens is not None else len(content_times_s)
-    return RequestMetrics(ttft_ms=ttft, itl_ms=gaps_ms(content_times_s), e2e_ms=e2e, tpot_ms=tpot_ms(e2e, ttft, tokens))
 
 
 class StreamTimer:
@@ -72,14 +52,13 @@ class StreamTimer:
     ``RequestMetrics`` (E2E and TPOT) from the same instants, so live events and rows cannot differ.
     """
 
-    __slots__ = ("sent_s", "first_s", "last_s", "chunks", "itl_sum_ms")
+    __slots__ = ("sent_s", "first_s", "last_s", "chunks")
 
     def __init__(self, sent_s: float):
         self.sent_s = sent_s
         self.first_s: float | None = None
         self.last_s: float | None = None
         self.chunks = 0
-        self.itl_sum_ms = 0.0
 
     def content(self, t_s: float) -> tuple[str, float]:
         self.chunks += 1
@@ -88,7 +67,6 @@ class StreamTimer:
             return TTFT, ms_between(self.sent_s, t_s)
         gap = ms_between(self.last_s, t_s)
         self.last_s = t_s
-        self.itl_sum_ms += gap
         return ITL, gap
 
     @property

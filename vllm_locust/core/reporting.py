@@ -1,58 +1,41 @@
-"""Hand one request's samples on: each to Locust's stats as it happens, all to the recorder at its end.
+"""Hand one request's samples on: each to Locust's stats as it happens, its record to the recorder at its end.
 
 One ``events.request.fire`` per sample (``name`` is the metric, so TTFT/ITL/TPOT/E2E are rows of
 Locust's stats and ``--csv`` files; ``response_length`` is the tokens the sample covers). The
 keyword arguments that do not change within a request are built once. Warm-up samples are
 recorded, labelled ``warmup``, but never reach Locust's stats: that is what discarding them means.
-Raw rows are kept as plain tuples and written with the request row, so a chunk costs a tuple
-and the recorder one write per request.
+Raw samples are kept as plain tuples and leave with the request's ``RequestRecord``, so a chunk
+costs a tuple and the recorder one checked write per request.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .outcome import Outcome, RequestFailure
+from .record import RequestInfo, RequestRecord
+from .schema import E2E, MEASURED, TPOT
 
-from .schema import E2E, MEASURED, RequestRow, SampleRow, names_of
-
-
-@dataclass(frozen=True)
-class RequestInfo:
-    """Who a sample belongs to and the run state when its request was sent."""
-
-    run_id: str
-    worker_id: str
-    request_id: str
-    request_type: str
-    phase: str
-    concurrency: int | None
-    step: int | None
-    sent_at_s: float  # unix seconds
-    sent_perf_s: float  # perf_counter seconds, same instant
-    request_rate: float | None = None  # open loop: the arrival rate it was sent at
-
-
-# The order ``close`` builds sample rows in; checked against the schema once, at import.
-SAMPLE_ORDER = ("run_id", "worker_id", "request_id", "metric", "value_ms", "t_s", "phase", "concurrency", "step", "tokens",
-                "request_rate")
-if names_of(SampleRow) != SAMPLE_ORDER:  # pragma: no cover - fails loudly if the schema changes
-    raise ImportError(f"reporting.SAMPLE_ORDER is out of date with schema.SampleRow: {names_of(SampleRow)}")
+__all__ = ["RequestInfo", "RequestReport"]
 
 
 class RequestReport:
-    """The samples of one request: fired to Locust as they come, rows kept for the recorder."""
+    """The samples of one request: fired to Locust as they come, kept for its record."""
 
-    __slots__ = ("info", "recorder", "rows", "_fire", "_event", "_measured", "_window")
+    __slots__ = ("info", "recorder", "rows", "_fire", "_event", "_measured", "_window", "_failures")
 
-    def __init__(self, environment, recorder, info: RequestInfo, window=None):
+    def __init__(self, environment, recorder, info: RequestInfo, window=None, failures=None):
+        """``window``: the live charts' values (``add(metric, ms)``); ``failures``: the run's
+        failures by kind (``add(Outcome)``, ``plugin.completion.FailureKinds``)."""
         self.info = info
+        self._failures = failures
         self.recorder = recorder
         self.rows: list[tuple] = []  # (metric, value_ms, end_perf_s, tokens)
         self._fire = environment.events.request.fire
-        self._measured = info.phase == MEASURED
+        self._measured = info.labels.phase == MEASURED
         # The live charts' raw values (``client_window``): measured samples only, as Locust's stats.
         self._window = window.add if window is not None and self._measured else None
         self._event = dict(request_type=info.request_type, exception=None,
-                           context={"request_id": info.request_id, "worker_id": info.worker_id, "run_id": info.run_id})
+                           context={"request_id": info.request_id, "worker_id": info.worker_id,
+                                    "run_id": info.labels.run_id})
 
     def sample(self, metric: str, value_ms: float, end_perf_s: float, tokens: int | None = None) -> None:
         if self.recorder is not None:
@@ -62,24 +45,42 @@ class RequestReport:
             if self._window is not None:
                 self._window(metric, value_ms)
 
-    def failure(self, elapsed_ms: float, exception: Exception) -> None:
+    def failure(self, exception: Exception) -> None:
         """A failed request: an ``E2E`` failure in Locust; its earlier samples stand as reported.
         Its time stays out of Locust's E2E percentiles (``response_time=None``: counted, not
         timed): a dead server's instant refusals had pulled them to 0 ms. The row keeps it."""
         if self._measured:
             self._fire(**{**self._event, "name": E2E, "response_time": None, "response_length": 0,
                           "exception": exception})
+            if self._failures is not None:
+                self._failures.add(getattr(exception, "kind", Outcome.OTHER))
 
-    def close(self, row: RequestRow) -> None:
+    def samples(self) -> tuple[tuple, ...]:
+        """The kept samples (for the record), emptied here."""
+        rows, self.rows = tuple(self.rows), []
+        return rows
+
+    def finish(self, record: RequestRecord) -> None:
+        """The request's end: E2E and TPOT (success) or one failure (not for an interrupted
+        request: the run's end is not the server's failure) to Locust, then the record to the
+        recorder. The record's own rows carry E2E and TPOT (``RequestRecord.sample_values``)."""
+        outcome = record.outcome
+        if self._measured:
+            if outcome is Outcome.OK:
+                tokens = record.output_tokens
+                self._measured_sample(E2E, record.e2e_ms, tokens)
+                if record.tpot_ms is not None:
+                    self._measured_sample(TPOT, record.tpot_ms, tokens)
+            elif outcome is not Outcome.INTERRUPTED:
+                self.failure(RequestFailure(record.failure))
+        self.close(record)
+
+    def _measured_sample(self, metric: str, value_ms: float, tokens: int | None) -> None:
+        self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens, **self._event)
+        if self._window is not None:
+            self._window(metric, value_ms)
+
+    def close(self, record: RequestRecord) -> None:
         """Write the request's sample rows and its request row."""
         if self.recorder is not None:
-            self.recorder.sample_values(row.run_id, self.sample_values())
-            self.recorder.request(row)
-            self.rows = []
-
-    def sample_values(self) -> list[tuple]:
-        """The kept samples as ``SampleRow`` field tuples (``SAMPLE_ORDER``), rounded as written."""
-        i = self.info
-        offset = i.sent_at_s - i.sent_perf_s  # perf_counter -> unix seconds
-        return [(i.run_id, i.worker_id, i.request_id, metric, round(value, 4), round(end + offset, 6),
-                 i.phase, i.concurrency, i.step, tokens, i.request_rate) for metric, value, end, tokens in self.rows]
+            self.recorder.record(record)

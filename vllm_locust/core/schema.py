@@ -16,12 +16,17 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from .outcome import INTERRUPTED_MESSAGE
+
 # -- metrics and phases ------------------------------------------------------------------------
 TTFT = "TTFT"
 ITL = "ITL"
 TPOT = "TPOT"
 E2E = "E2E"
 METRIC_NAMES = (TTFT, ITL, TPOT, E2E)
+# Open loop: TTFT and E2E counted from the instant the schedule meant the request to leave (summary columns).
+TTFT_FROM_INTENDED = "TTFT_FROM_INTENDED"
+E2E_FROM_INTENDED = "E2E_FROM_INTENDED"
 # The client's audit of itself (``audit.py``): metric names of ``ClientRow``.
 LOOP_LAG_MS = "loop_lag_ms"
 CPU_PCT = "cpu_pct"
@@ -29,7 +34,7 @@ CHUNKS_PER_S = "chunks_per_s"
 SPAWN_TO_SEND_MS = "spawn_to_send_ms"
 CLIENT_METRICS = (LOOP_LAG_MS, CPU_PCT, CHUNKS_PER_S, SPAWN_TO_SEND_MS)
 # The ``error`` of a request the run's end cut off mid-stream: not a failure of the server.
-INTERRUPTED = "interrupted: the run stopped before the stream ended"
+INTERRUPTED = INTERRUPTED_MESSAGE
 WARMUP = "warmup"
 MEASURED = "measured"
 PHASES = (WARMUP, MEASURED)
@@ -147,11 +152,12 @@ class RequestRow:
     request_rate: float | None = None
     target: str = ""  # paired mode (--paired-host): "a" (--host) or "b" (the paired host); empty otherwise
     pair_id: str = ""  # paired mode: the same for both targets' copies of one request
+    kind: str = ""  # how it ended (``outcome.Outcome``): ok, interrupted or the failure's kind
 
 
 # Columns a run recorded before they existed is read without (the analysis fills them empty).
 OPTIONAL_SAMPLE_COLUMNS = ("tokens", "request_rate")
-OPTIONAL_REQUEST_COLUMNS = ("intended_at_s", "lateness_ms", "queue_ms", "request_rate", "target", "pair_id")
+OPTIONAL_REQUEST_COLUMNS = ("intended_at_s", "lateness_ms", "queue_ms", "request_rate", "target", "pair_id", "kind")
 
 SAMPLE = Columns(*names_of(SampleRow))
 CLIENT = Columns(*names_of(ClientRow))
@@ -324,8 +330,8 @@ SUMMARY = Columns(
     # open loop (request_rate > 0): latency from the instant the schedule meant each request to
     # leave, how late requests left (and how much of that waited for a free user), and whether the
     # run delivered the asked load (send lateness p99 within --max-send-lateness-ms)
-    pct_col("TTFT_FROM_INTENDED", 50), pct_col("TTFT_FROM_INTENDED", 95),
-    pct_col("E2E_FROM_INTENDED", 50), pct_col("E2E_FROM_INTENDED", 95),
+    pct_col(TTFT_FROM_INTENDED, 50), pct_col(TTFT_FROM_INTENDED, 95),
+    pct_col(E2E_FROM_INTENDED, 50), pct_col(E2E_FROM_INTENDED, 95),
     "p50_send_lateness_ms", "p95_send_lateness_ms", "p99_send_lateness_ms", "max_send_lateness_ms",
     "mean_client_queue_ms", "p95_client_queue_ms", "queued_requests", "load_delivered",
     # goodput (--slo): the share of requests that met every SLO, and that share's throughput

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from .outcome import Outcome
 from .sse import DEFAULT_MAX_EVENT_BYTES, DONE, EventTooLarge, stamped_payloads
 
 try:  # orjson parses a vLLM chunk in about a microsecond; json is the fallback
@@ -27,7 +28,11 @@ except ImportError:  # pragma: no cover - orjson is in requirements.txt
 
 
 class StreamError(Exception):
-    """The stream broke the protocol, or the server reported an error in it: one line."""
+    """The stream broke the protocol, or the server reported an error in it: one line, and its kind."""
+
+    def __init__(self, message: str, kind: Outcome = Outcome.OTHER):
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
@@ -68,7 +73,7 @@ def identity_only(headers) -> None:
     encoding is refused by name (a gzip stream read raw had failed as "0 chunks")."""
     encoding = (headers.get("content-encoding") or "identity").strip().lower()
     if encoding != "identity":
-        raise StreamError(f"bad response: Content-Encoding {encoding[:40]} (the suite asks for identity)")
+        raise StreamError(f"bad response: Content-Encoding {encoding[:40]} (the suite asks for identity)", Outcome.BAD_RESPONSE)
 
 
 def read_stream(http_response, on_content=None, result: StreamResult | None = None,
@@ -114,11 +119,11 @@ def consume(
     try:
         _consume(payloads, on_content, result, most)
     except EventTooLarge as err:
-        raise StreamError(str(err)) from None
+        raise StreamError(str(err), Outcome.EVENT_TOO_LARGE) from None
     if result.finish_reason is None:
         raise StreamError(
             f"stream ended without a finish_reason after {result.chunks} chunks "
-            f"({result.content_chunks} with content)"
+            f"({result.content_chunks} with content)", Outcome.STREAM_INCOMPLETE
         )
     return result
 
@@ -135,11 +140,11 @@ def _consume(payloads, on_content, result: StreamResult, most: int | None) -> No
         try:
             chunk = loads(payload)
         except (JSONDecodeError, ValueError) as err:
-            raise StreamError(f"malformed chunk {result.chunks}: not JSON ({str(err).splitlines()[0][:80]})") from None
+            raise StreamError(f"malformed chunk {result.chunks}: not JSON ({str(err).splitlines()[0][:80]})", Outcome.MALFORMED_CHUNK) from None
         if not isinstance(chunk, dict):
-            raise StreamError(f"malformed chunk {result.chunks}: not a JSON object")
+            raise StreamError(f"malformed chunk {result.chunks}: not a JSON object", Outcome.MALFORMED_CHUNK)
         if "error" in chunk and chunk["error"]:
-            raise StreamError(f"server error in stream: {server_error_text(chunk['error'])}")
+            raise StreamError(f"server error in stream: {server_error_text(chunk['error'])}", Outcome.SERVER_ERROR_IN_STREAM)
         usage = chunk.get("usage")
         running = None
         if isinstance(usage, dict):
@@ -149,10 +154,10 @@ def _consume(payloads, on_content, result: StreamResult, most: int | None) -> No
                 result.completion_tokens = running
         choices = chunk.get("choices")
         if not isinstance(choices, list):
-            raise StreamError(f"malformed chunk {result.chunks}: no 'choices' list")
+            raise StreamError(f"malformed chunk {result.chunks}: no 'choices' list", Outcome.MALFORMED_CHUNK)
         for choice in choices:
             if not isinstance(choice, dict):
-                raise StreamError(f"malformed chunk {result.chunks}: a choice is not an object")
+                raise StreamError(f"malformed chunk {result.chunks}: a choice is not an object", Outcome.MALFORMED_CHUNK)
             if choice_text(choice):
                 tokens = None
                 if running is not None:
@@ -162,7 +167,7 @@ def _consume(payloads, on_content, result: StreamResult, most: int | None) -> No
                 if most is not None and max(len(result.content_times_s), counted) > most:
                     by_usage = f", {counted} tokens by its usage count" if running is not None else ""
                     raise StreamError(f"server sent more than max_tokens={most - TOKEN_SLACK} tokens "
-                                      f"({len(result.content_times_s)} content chunks{by_usage})")
+                                      f"({len(result.content_times_s)} content chunks{by_usage})", Outcome.TOO_MANY_TOKENS)
                 if on_content is not None:
                     on_content(len(result.content_times_s) - 1, now, tokens)
             reason = choice.get("finish_reason")

@@ -31,7 +31,8 @@ headers), ``no-finish`` (``hostile_chunks`` content chunks whatever ``max_tokens
 a finish reason), ``bad-chunk-size`` (an invalid chunk size in the same write as the headers),
 ``drip`` (one byte of an event that never ends every ``drip_ms``). ``max_model_len`` (0: not
 listed) is listed in ``GET /v1/models`` as vLLM lists it. Every request's ``Accept-Encoding`` is
-logged (``GET /_log``: ``accept_encoding``).
+logged (``GET /_log``: ``accept_encoding``), and so are a streamed request's own ``X-`` headers
+(``headers``: the SDK's ``X-Stainless-*`` left out; never ``Authorization``).
 
 Run: ``python -m vllm_locust.mock.server --port 0 --ttft-ms 100 --itl-ms 5`` prints ``PORT <n>`` once
 listening (127.0.0.1 only); ``start_process()`` does that and returns a ``MockServer`` handle;
@@ -94,6 +95,12 @@ def tokenize_count(body: dict) -> int:
         n = sum(count_words(m.get("content", "")) + per for m in body["messages"])
         return n + (1 if body.get("add_generation_prompt") else 0)
     return count_words(body.get("prompt", ""))
+
+
+def extra_headers(headers) -> dict:
+    """A request's ``X-`` headers (names in lower case: HTTP's are case-insensitive), as a
+    locustfile's ``extra_headers`` sends them."""
+    return {k.lower(): v for k, v in headers.items() if k.lower().startswith("x-") and not k.lower().startswith("x-stainless")}
 
 
 def sleep_until(t: float) -> None:
@@ -303,7 +310,8 @@ class Handler(BaseHTTPRequestHandler):
             return {**chunk, "usage": usage(done)} if continuous else chunk
 
         record = {"recv": recv, "sends": [], "role": None, "prompt_sha1": hashlib.sha1(prompt).hexdigest(),
-                  "client_port": self.client_address[1], "accept_encoding": self.headers.get("Accept-Encoding", "")}
+                  "client_port": self.client_address[1], "accept_encoding": self.headers.get("Accept-Encoding", ""),
+                  "headers": extra_headers(self.headers)}
         epoch = EPOCH[0]
         chunks = -(-tokens // per_chunk)
         slots = stream_slots(int(cfg.get("max_streams") or 0))

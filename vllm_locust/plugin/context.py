@@ -1,9 +1,10 @@
 """Per-process load context: model, workload and request settings, built once and shared.
 
-Every user of a process draws from one context: pool entries in one fixed cycle (the same on every
-profile), each request tagged so that its prompt is unique in the run (``workloads.Workload.tag``:
-run, worker index, request number). The plugin builds it lazily under a lock (the first user
-waits for it) and rebuilds it when the options change between web UI runs.
+Every user of a process draws from one context: pool entries of the ``--workload``'s source
+(``core/sources/``) in one fixed cycle (the same on every profile), each request tagged so that
+its prompt is unique in the run (``Workload.tag``: run, worker index, request number). The plugin
+builds it lazily under a lock (the first user waits for it) and rebuilds it when the options
+change between web UI runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 from ..backend.client import require_host, resolve_model, serves_continuous_usage
 from .options import as_bool, workload_spec
 from ..backend.tokencount import LocalTokenCounter, WordCounter, server_counter_or_none
-from ..core.workloads import Prompt, Workload, WorkloadSpec, load_or_build
+from ..core.sources import Prompt, Workload
+from ..core.workloads import WorkloadSpec, load_or_build
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,8 @@ class LoadContext:
         return self.workload.prompts
 
     def next_request(self, run_id: str = "") -> tuple[Prompt, object]:
-        """The next pool entry and its rendering for one request (tagged: unique in the run)."""
+        """The next pool entry and its rendering for one request (tagged: unique in the run). The entry
+        is the request's record of its source: its own output length (``max_tokens``) among others."""
         n = next(self._sequence)
         prompt = self.prompts[n % len(self.prompts)]
         if not self.workload.atoms:

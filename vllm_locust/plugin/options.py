@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..core.workloads import WORKLOADS, WorkloadSpec
+from ..backend.endpoints import names as endpoint_names
+from ..core import sources
+from ..core.workloads import WorkloadSpec
 
 DEFAULT_CACHE_DIR = str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm_locust")
 
@@ -19,7 +21,7 @@ OPTIONS = [
     # (flag, kwargs)
     ("--model", dict(default="", env_var="LOCUST_MODEL",
                      help="Served model name; empty: the first id from GET /v1/models")),
-    ("--endpoint", dict(default="chat", choices=["chat", "completions"], env_var="LOCUST_ENDPOINT",
+    ("--endpoint", dict(default="chat", choices=endpoint_names(), env_var="LOCUST_ENDPOINT",
                         help="Stream /v1/chat/completions or /v1/completions")),
     # Not in the web UI: its form shows each option's value as the field's default (the key was in
     # the page), and a blank field would replace the key a run was started with.
@@ -54,9 +56,9 @@ OPTIONS = [
     ("--http-transport", dict(default="lean", choices=["lean", "httpx"], env_var="LOCUST_HTTP_TRANSPORT",
                               help="lean: read plain-HTTP streams with a C parser (about half the client CPU per "
                                    "chunk); httpx: the SDK's own transport (proxies; https always uses it)")),
-    ("--workload", dict(default="fixed", choices=list(WORKLOADS), env_var="LOCUST_WORKLOAD",
-                        help="fixed: one prompt length; mixed: short and long prompts; "
-                             "shared-prefix: one system prompt before every request")),
+    # The registry's own list: a source registered later (a user's locustfile) is a choice too.
+    ("--workload", dict(default="fixed", choices=sources.NAMES, env_var="LOCUST_WORKLOAD",
+                        help=sources.describe())),
     ("--prompt-tokens", dict(type=int, default=512, env_var="LOCUST_PROMPT_TOKENS",
                              help="Exact prompt length in tokens (short prompts in mixed; the unique part in shared-prefix)")),
     ("--max-tokens", dict(type=int, default=128, env_var="LOCUST_MAX_TOKENS",
@@ -122,17 +124,18 @@ def as_bool(value) -> bool:
 
 
 # Options of the steps shape: a web-UI run without the shape (Locust started without --steps or
-# --request-rate) ignores them, so the plugin hides them from the start form then.
+# --request-rate) ignores them, so the plugin hides them from that environment's start form
+# (``VllmPlugin.hidden_options``, ``webform.hide_options``); the parser itself never changes.
 STEP_OPTIONS = ("--steps", "--step-warmup", "--step-duration", "--rate-ramp")
-WEB_UI_HIDDEN: set[str] = set()
 
 
 def add_options(parser) -> None:
     """Listener for ``init_command_line_parser``: Locust's parser takes ``is_secret`` and friends.
-    Locust builds its parser again for each page of the web UI, so ``WEB_UI_HIDDEN`` applies there."""
+    Once per parser: importing the plugin adds this listener (``attach``), a locustfile may too."""
+    if getattr(parser, "_vllm_locust_options", False):
+        return
+    parser._vllm_locust_options = True
     for flag, kwargs in OPTIONS:
-        if flag in WEB_UI_HIDDEN:
-            kwargs = {**kwargs, "include_in_web_ui": False}
         parser.add_argument(flag, **kwargs)
     # Locust's web UI listens on every interface by default; a load tester's UI starts runs and
     # shows the target, so it listens on loopback unless --web-host (LOCUST_WEB_HOST) says otherwise.
@@ -154,19 +157,8 @@ def resolve_api_key(options) -> None:
 
 
 def workload_spec(options) -> WorkloadSpec:
-    """The workload the options describe."""
-    return WorkloadSpec(
-        name=options.workload,
-        prompt_tokens=int(options.prompt_tokens),
-        max_tokens=int(options.max_tokens),
-        long_prompt_tokens=int(options.long_prompt_tokens),
-        long_fraction=float(options.long_fraction),
-        prefix_tokens=int(options.prefix_tokens),
-        pool=int(options.prompt_pool),
-        seed=int(options.seed),
-        endpoint=options.endpoint,
-        unique=not as_bool(getattr(options, "no_unique_prompts", False)),
-    )
+    """The workload the options describe (built in the core, so the backend's model check needs no plugin)."""
+    return WorkloadSpec.from_options(options)
 
 
 def parse_steps(text: str) -> list[int]:

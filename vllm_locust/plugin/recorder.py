@@ -18,6 +18,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from .outbox import ForwardFile, Outbox
+from ..core.record import RequestRecord
 from ..core.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
 from ..core.wholelines import AppendFile, describe
 
@@ -164,13 +165,19 @@ class SampleRecorder:
                 self._samples.write_many(rows)
 
     @_unless_failed
-    def sample_values(self, run_id: str, values: list[tuple]) -> None:
-        """Sample rows as tuples of ``SampleRow``'s fields in order (``reporting`` builds them so:
-        no object per chunk)."""
-        if values:
-            self._open(run_id)
-            if self._samples is not None:
-                self._samples.writer.writerows(values)
+    def record(self, record: RequestRecord) -> None:
+        """One finished request (the production path): its sample rows and its request row, then a
+        flush. Checked once, by the record's type: its rows are built by ``RequestRecord`` to the
+        schema (``record.SAMPLE_ORDER``, ``row()``), so no object and no check per chunk."""
+        if type(record) is not RequestRecord:
+            raise TypeError(f"expected a RequestRecord, got {type(record).__name__}")
+        row = record.row()
+        self._open(row.run_id)
+        if self._samples is not None:
+            self._samples.writer.writerows(record.sample_values())
+        if self._requests is not None:
+            self._requests.write(row)
+        self.flush()
 
     @_unless_failed
     def client(self, row: ClientRow) -> None:

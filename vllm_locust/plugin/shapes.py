@@ -96,7 +96,7 @@ class ConcurrencySteps(LoadTestShape):
         try:
             return self._tick(environment)
         except ValueError as err:  # a bad --steps or --request-rate: one line and exit 2, no traceback
-            VllmPlugin.of(environment).fail_run(str(err))
+            VllmPlugin.of(environment).failures.fail_run(str(err))
             return None
 
     def _tick(self, environment):
@@ -121,7 +121,7 @@ class ConcurrencySteps(LoadTestShape):
                 # A new schedule only when the step asks for another one: a master resets the
                 # shape's clock once more as it starts spawning, and the schedule must not restart.
                 segment = rate_segment(rates, index, phase, ramp, duration_s)
-                if segment != plugin.arrival_key():
-                    changes.update(request_rate=rates[index], arrivals=plugin.arrival_segment(*segment))
-            plugin.publish(**changes)
+                if segment != plugin.open_loop.key():
+                    changes.update(request_rate=rates[index], arrivals=plugin.open_loop.segment(*segment))
+            plugin.run.publish(**changes)
         return users, users

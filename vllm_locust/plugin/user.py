@@ -11,52 +11,61 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+import weakref
 
 import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from ..backend.client import (RequestFailure, ServerCheckError, connection_refused, describe_error, is_client_error,
-                     retry_after_s)
+from ..backend.client import ServerCheckError, classify, connection_refused, is_client_error, retry_after_s
+from ..backend.endpoints import Endpoint, endpoint
+from ..backend.wire import WireClock
+from ..core.metrics import StreamTimer, ms_between
+from ..core.outcome import INTERRUPTED_FAILURE, Failure, Outcome
+from ..core.record import Labels, RequestInfo, RequestRecord
+from ..core.reporting import RequestReport
+from ..core.sse import DEFAULT_MAX_EVENT_BYTES
+from ..core.stream import StreamError, StreamLimits, StreamResult
+from . import attach
+from .completion import FailureKinds
 from .context import LoadContext
-from ..core.metrics import E2E, TPOT, StreamTimer, ms_between
 from .pacer import Arrival
 from .vllm_plugin import VllmPlugin
-from ..core.reporting import RequestReport, RequestInfo
-from ..core.schema import INTERRUPTED, RequestRow
-from ..core.sse import DEFAULT_MAX_EVENT_BYTES
-from ..core.stream import StreamLimits, StreamResult, read_stream
-from ..backend.wire import WireClock
+
+attach.register()  # importing the user class is all a locustfile needs: the suite attaches itself, once
 
 MAX_BACKOFF_S = 1.0
 
 logger = logging.getLogger(__name__)
-_request_numbers = itertools.count(1)
+# Request numbers, one sequence per plugin (per process and run environment): ids stay unique
+# among a process's users, and a fresh environment (a test's) starts again at 1.
+_numbers: "weakref.WeakKeyDictionary[VllmPlugin, itertools.count]" = weakref.WeakKeyDictionary()
 
 
-def request_body(ctx: LoadContext, messages_or_text) -> dict:
-    """Keyword arguments for the SDK's ``create``: fixed output length, usage in the stream."""
-    stream_options = {"include_usage": True}
-    if ctx.continuous_usage:
-        stream_options["continuous_usage_stats"] = True  # vLLM: running token count on every chunk
-    body = dict(model=ctx.model, max_tokens=ctx.spec.max_tokens, stream=True, stream_options=stream_options)
-    if ctx.ignore_eos:
-        body["extra_body"] = {"ignore_eos": True}  # vLLM's extension: exactly max_tokens out
-    body["prompt" if ctx.spec.endpoint == "completions" else "messages"] = messages_or_text
-    return body
+def request_numbers(plugin: VllmPlugin) -> itertools.count:
+    numbers = _numbers.get(plugin)
+    if numbers is None:
+        numbers = _numbers[plugin] = itertools.count(1)
+    return numbers
 
 
 class ChatStreamUser(User):
-    """Streams chat (or completions) requests back to back; users = concurrent streams."""
+    """Streams chat (or completions) requests back to back; users = concurrent streams. Abstract,
+    as Locust's own base users are: a locustfile imports it to subclass it, and only the subclass
+    is spawned (the suite's ``locustfile.py`` defines one of the same name)."""
 
+    abstract = True
     wait_time = constant(0)
+    extra_headers: dict[str, str] = {}  # HTTP headers on each of this user's requests (a subclass sets them)
 
     def on_start(self):
         self.client = None
         self.client_settings: tuple | None = None
         self.wire = WireClock()
         self.plugin = VllmPlugin.awaited(self.environment)
+        self.numbers = request_numbers(self.plugin)
+        self.failure_kinds = FailureKinds.of(self.environment)
         self.spawned_perf_s = time.perf_counter()
         self.first_sent = False  # spawn-to-first-send is recorded once per user
         self.refusals = 0  # consecutive refused connections: the backoff's exponent
@@ -64,56 +73,50 @@ class ChatStreamUser(User):
 
     def _client_for(self, ctx: LoadContext):
         """This user's client, rebuilt when the host, key or timeouts change (web UI runs)."""
-        settings = self.plugin.client_settings(ctx)
+        settings = self.plugin.clients.settings(ctx)
         if self.client is None or settings != self.client_settings:
-            self.client, self.client_settings = self.plugin.new_client(ctx), settings
+            self.client, self.client_settings = self.plugin.clients.new_client(ctx), settings
         return self.client
 
     def _paired_for(self, ctx: LoadContext, host: str) -> tuple:
         """Paired mode's target b: this user's second client (to ``--paired-host``) and clock."""
-        settings = (host, *self.plugin.client_settings(ctx)[1:])
+        settings = (host, *self.plugin.clients.settings(ctx)[1:])
         if self.paired is None or self.paired[0] != settings:
-            self.paired = (settings, self.plugin.new_client(ctx, host), WireClock())
+            self.paired = (settings, self.plugin.clients.new_client(ctx, host), WireClock())
         return self.paired[1], self.paired[2]
-
-    def _request_info(self, ctx: LoadContext, labels: tuple, wire: WireClock, number: int, target: str) -> RequestInfo:
-        """Identity and labels of the request now on the wire (the send hook has stamped it)."""
-        run_id, phase, concurrency, step, request_rate = labels
-        worker_id = self.plugin.worker_id
-        # paired mode: target b's copy gets its own id and its own Locust name ("chat-b")
-        return RequestInfo(run_id=run_id, worker_id=worker_id, request_id=f"{worker_id}:{number}{'b' if target == 'b' else ''}",
-                           request_type=ctx.spec.endpoint + ("-b" if target == "b" else ""), phase=phase,
-                           concurrency=concurrency, step=step, sent_at_s=wire.sent_at_s, sent_perf_s=wire.sent_perf_s,
-                           request_rate=request_rate)
 
     @task
     def stream_completion(self):
         plugin = self.plugin
         try:
-            ctx = plugin.load_context()
+            ctx = plugin.workload.context()
+            api = endpoint(ctx.spec.endpoint)
             client = self._client_for(ctx)
             paired_host = getattr(self.environment.parsed_options, "paired_host", "") or ""
             paired = self._paired_for(ctx, paired_host) if paired_host else None
         except (ServerCheckError, ValueError, OSError) as err:
-            plugin.workload_failed(err)
+            plugin.workload.failed(err)
             raise StopUser() from None
         # Open loop: wait for this process's next arrival (at once when it is already due).
-        arrival = plugin.pacer.claim() if plugin.open_loop else None
-        state = plugin.state
+        arrival = plugin.open_loop.claim()
+        state = plugin.run.state
         # Labels come from the state in force when the request is sent, not when it ends.
-        labels = (state.run_id or self.environment.parsed_options.run_id or "run", state.phase, state.concurrency,
-                  state.step, state.request_rate if arrival is not None else None)
-        prompt, rendered = ctx.next_request(labels[0])
-        body = request_body(ctx, rendered)
-        number = next(_request_numbers)
+        labels = Labels(state.run_id or self.environment.parsed_options.run_id or "run", state.phase, state.concurrency,
+                        state.step, state.request_rate if arrival is not None else None)
+        prompt, rendered = ctx.next_request(labels.run_id)
+        max_tokens = getattr(prompt, "max_tokens", None) or ctx.spec.max_tokens  # a source may set its own
+        body = api.body(ctx.model, max_tokens, rendered, ctx.continuous_usage, ctx.ignore_eos)
+        if self.extra_headers:
+            body["extra_headers"] = dict(self.extra_headers)  # the SDK's per-request headers, read at send time
+        request = _Request(ctx, api, body, prompt, max_tokens, labels, arrival, next(self.numbers))
         if paired is None:
-            refused, wait_s = self._leg(ctx, client, self.wire, body, prompt, labels, arrival, number, "")
+            refused, wait_s = self._leg(request, client, self.wire, "")
         else:
             # Both servers get the same request at the same instant, each on its own stream; the
             # run's stop kills this greenlet, and with it target b's.
-            leg_b = gevent.spawn(self._leg, ctx, paired[0], paired[1], body, prompt, labels, arrival, number, "b")
+            leg_b = gevent.spawn(self._leg, request, paired[0], paired[1], "b")
             try:
-                refused, wait_s = self._leg(ctx, client, self.wire, body, prompt, labels, arrival, number, "a")
+                refused, wait_s = self._leg(request, client, self.wire, "a")
                 refused_b, wait_b = leg_b.get()
             finally:
                 leg_b.kill()
@@ -122,12 +125,24 @@ class ChatStreamUser(User):
             gevent.sleep(wait_s)  # HTTP 429: the server said when to come back
         self.back_off(refused)
 
-    def _leg(self, ctx: LoadContext, client, wire: WireClock, body: dict, prompt, labels: tuple,
-             arrival: Arrival | None, number: int, target: str) -> tuple[bool, float | None]:
+    def _info(self, request: "_Request", wire: WireClock, target: str) -> RequestInfo:
+        """Identity and labels of the request now on the wire (the send hook has stamped it)."""
+        worker_id = self.plugin.worker_id
+        # paired mode: target b's copy gets its own id and its own Locust name ("chat-b")
+        b = "b" if target == "b" else ""
+        return RequestInfo(labels=request.labels, worker_id=worker_id, request_id=f"{worker_id}:{request.number}{b}",
+                           request_type=request.api.name + ("-b" if b else ""), sent_at_s=wire.sent_at_s,
+                           sent_perf_s=wire.sent_perf_s)
+
+    def _report(self, request: "_Request", wire: WireClock, target: str) -> RequestReport:
+        plugin = self.plugin
+        return RequestReport(self.environment, plugin.recording.recorder, self._info(request, wire, target),
+                             plugin.view.window, self.failure_kinds)
+
+    def _leg(self, request: "_Request", client, wire: WireClock, target: str) -> tuple[bool, float | None]:
         """One request to one server, streamed, timed and recorded: (refused, seconds to wait)."""
         plugin = self.plugin
-        resource = client.completions if ctx.spec.endpoint == "completions" else client.chat.completions
-        audit = plugin.audit
+        audit = plugin.self_audit
         wire.on_request_started()  # the wire hook stamps it again when the bytes go out
         report: RequestReport | None = None
         timer: StreamTimer | None = None
@@ -135,98 +150,93 @@ class ChatStreamUser(User):
         def on_content(_index: int, t: float, tokens: int | None) -> None:
             nonlocal report, timer
             if report is None:
-                report = RequestReport(self.environment, plugin.recorder,
-                                       self._request_info(ctx, labels, wire, number, target), plugin.window)
+                report = self._report(request, wire, target)
                 timer = StreamTimer(report.info.sent_perf_s)
             metric, value = timer.content(t)
             report.sample(metric, value, t, tokens)
-            if audit is not None:
-                audit.chunks += 1
+            audit.chunk()
 
-        result, error = StreamResult(), None
-        finish = (lambda err: self._finish(report, timer, ctx, prompt, labels, result, err, time.perf_counter(), arrival,
-                                           wire, number, target))
+        result = StreamResult()
+
+        def finish(failure: Failure | None) -> None:
+            nonlocal report, timer
+            end_perf_s = time.perf_counter()
+            if report is None:  # no content arrived: the request still has a row
+                report = self._report(request, wire, target)
+                timer = StreamTimer(report.info.sent_perf_s)
+            self._note_first_send(request.arrival, report.info)
+            report.finish(request.record(report, timer, result, failure, end_perf_s, target))
+
         try:
-            with wire.active(), resource.with_streaming_response.create(**body) as response:
-                limits = StreamLimits(ctx.spec.max_tokens, int(getattr(self.environment.parsed_options, "max_event_bytes",
-                                                                       DEFAULT_MAX_EVENT_BYTES)))
-                read_stream(response.http_response, on_content, result, limits)
+            limits = StreamLimits(request.max_tokens, int(getattr(self.environment.parsed_options, "max_event_bytes",
+                                                                  DEFAULT_MAX_EVENT_BYTES)))
+            with wire.active():
+                request.api.stream(client, request.body, on_content, result, limits)
             if not result.content_times_s:
-                raise RequestFailure(f"stream finished ({result.finish_reason}) without any content")
+                raise StreamError(f"stream finished ({result.finish_reason}) without any content",
+                                  Outcome.STREAM_INCOMPLETE)
         except GreenletExit:
             # The run stopped mid-stream: keep the row (its TTFT was counted), marked as interrupted.
             # Nothing raised while recording it may replace the kill: a user that raised a disk
             # error here outlived its run (the recorder itself never raises OSError).
             try:
-                finish(RequestFailure(INTERRUPTED))
+                finish(INTERRUPTED_FAILURE)
             except Exception:  # noqa: BLE001 - a bug in recording; the kill still goes through
                 logger.exception("cannot record the interrupted request")
             raise
         except Exception as err:  # every failure becomes a Locust failure with its own message
-            error = RequestFailure(describe_error(err, float(self.environment.parsed_options.read_timeout)))
+            failure = classify(err, float(self.environment.parsed_options.read_timeout))
             if is_client_error(err):
-                logger.exception("%s", error)
-            finish(error)
+                logger.exception("%s", failure.message)
+            finish(failure)
             return connection_refused(err), retry_after_s(err)
         finish(None)
         return False, None
+
+    def _note_first_send(self, arrival: Arrival | None, info: RequestInfo) -> None:
+        """spawn-to-send measures a closed-loop user's start; an open-loop user waits for its arrival."""
+        if not self.first_sent and arrival is None:
+            self.plugin.self_audit.first_send(ms_between(self.spawned_perf_s, info.sent_perf_s))
+        self.first_sent = True
 
     def back_off(self, refused: bool) -> None:
         """After a refused connection, wait (doubling, up to ``MAX_BACKOFF_S``) before the next
         request: a dead server's port answered about 470 refusals a second to zero-wait users."""
         if not refused:
             self.refusals = 0
-            self.plugin.server_answered()
+            self.plugin.refusals.answered()
             return
         self.refusals += 1
-        self.plugin.server_refused()
+        self.plugin.refusals.refused()
         gevent.sleep(min(MAX_BACKOFF_S, 0.01 * 2 ** min(self.refusals, 10)))
 
-    def _finish(self, report: RequestReport | None, timer: StreamTimer | None, ctx: LoadContext, prompt,
-                labels: tuple, result: StreamResult, error: Exception | None, end_perf: float,
-                arrival: Arrival | None, wire: WireClock, number: int, target: str) -> None:
-        """Report the per-request metrics (or the failure) and write the request's rows."""
-        if report is None:  # no content arrived: the request still has a row
-            report = RequestReport(self.environment, self.plugin.recorder,
-                                   self._request_info(ctx, labels, wire, number, target), self.plugin.window)
-            timer = StreamTimer(report.info.sent_perf_s)
+
+class _Request:
+    """What one task's request is, whichever server(s) it goes to: built once, shared by the legs."""
+
+    __slots__ = ("ctx", "api", "body", "prompt", "max_tokens", "labels", "arrival", "number")
+
+    def __init__(self, ctx: LoadContext, api: Endpoint, body: dict, prompt, max_tokens: int, labels: Labels,
+                 arrival: Arrival | None, number: int):
+        self.ctx, self.api, self.body, self.prompt, self.max_tokens = ctx, api, body, prompt, max_tokens
+        self.labels, self.arrival, self.number = labels, arrival, number
+
+    def record(self, report: RequestReport, timer: StreamTimer, result: StreamResult, failure: Failure | None,
+               end_perf_s: float, target: str) -> RequestRecord:
+        """The one record of this request on one server, from the timer, the stream and the arrival."""
         info = report.info
-        # spawn-to-send measures a closed-loop user's start; an open-loop user waits for its arrival
-        if not self.first_sent and self.plugin.audit is not None and arrival is None:
-            self.plugin.audit.spawn_to_send(ms_between(self.spawned_perf_s, info.sent_perf_s))
-        self.first_sent = True
         tokens = result.completion_tokens if result.completion_tokens is not None else result.content_chunks
         measured = timer.finish(tokens)
-        interrupted = error is not None and str(error) == INTERRUPTED
-        if error is None:
-            report.sample(E2E, measured.e2e_ms, timer.last_s, tokens)
-            if measured.tpot_ms is not None:
-                report.sample(TPOT, measured.tpot_ms, timer.last_s, tokens)
-        elif not interrupted:
-            report.failure(ms_between(info.sent_perf_s, end_perf), error)
-        report.close(RequestRow(
-            run_id=info.run_id, worker_id=info.worker_id, request_id=info.request_id,
-            endpoint=ctx.spec.endpoint, model=ctx.model, workload=ctx.spec.name,
-            prompt_index=prompt.index, prompt_kind=prompt.kind, sent_at_s=round(info.sent_at_s, 6),
-            ttft_ms=rounded(measured.ttft_ms), e2e_ms=rounded(measured.e2e_ms if error is None else None),
-            prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-            content_chunks=result.content_chunks, finish_reason=result.finish_reason,
-            error="" if error is None else str(error),
-            phase=info.phase, concurrency=info.concurrency, step=info.step,
-            **open_loop_columns(arrival, info),
-            **({"target": target, "pair_id": f"{info.worker_id}:{number}"} if target else {}),
-        ))
-
-
-def open_loop_columns(arrival: Arrival | None, info: RequestInfo) -> dict:
-    """``RequestRow``'s open-loop columns: when the request was due, how late it left, how long of
-    that it waited for a free user."""
-    if arrival is None:
-        return {}
-    return dict(intended_at_s=round(arrival.intended_at_s, 6),
-                lateness_ms=round((info.sent_perf_s - arrival.intended_perf_s) * 1000.0, 4),
-                queue_ms=round(arrival.queue_ms, 4), request_rate=info.request_rate)
-
-
-def rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
+        arrival = self.arrival
+        return RequestRecord(
+            info=info, endpoint=self.api.name, model=self.ctx.model, workload=self.ctx.spec.name,
+            prompt_index=self.prompt.index, prompt_kind=self.prompt.kind, end_perf_s=end_perf_s,
+            last_perf_s=timer.last_s, ttft_ms=measured.ttft_ms,
+            e2e_ms=measured.e2e_ms if failure is None else None, tpot_ms=measured.tpot_ms if failure is None else None,
+            output_tokens=tokens, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+            content_chunks=result.content_chunks, finish_reason=result.finish_reason, failure=failure,
+            samples=report.samples(),
+            intended_at_s=None if arrival is None else arrival.intended_at_s,
+            intended_perf_s=None if arrival is None else arrival.intended_perf_s,
+            queue_ms=None if arrival is None else arrival.queue_ms,
+            target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "")

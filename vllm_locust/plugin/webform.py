@@ -73,3 +73,23 @@ def guard_swarm(web_ui, environment) -> None:
         return original(*args, **kwargs)
 
     web_ui.app.view_functions["locust.swarm"] = guarded_swarm
+
+
+def hide_options(web_ui, hidden: set[str]) -> None:
+    """Leave the flags in ``hidden`` (e.g. ``--steps``) out of this web UI's start form.
+
+    Locust rebuilds the form's options (``extra_options``) from a fresh parser for each page, and
+    that parser is the same for every environment of the process; so the form is trimmed here,
+    per web UI, each time Locust rebuilds it, and nothing global changes.
+    """
+    update = web_ui.update_template_args
+
+    def update_template_args(*args, **kwargs):
+        update(*args, **kwargs)
+        dests = {flag.lstrip("-").replace("-", "_") for flag in hidden}
+        extra = web_ui.template_args.get("extra_options")
+        if isinstance(extra, dict):
+            web_ui.template_args["extra_options"] = {k: v for k, v in extra.items() if k not in dests}
+
+    web_ui.update_template_args = update_template_args
+    update_template_args()

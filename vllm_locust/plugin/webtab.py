@@ -60,24 +60,24 @@ def table_rows(status: dict, client_row: dict | None) -> list[dict]:
     return rows
 
 
-def status_json(plugin) -> dict:
-    status = json.loads(plugin.live.as_json())
-    status["client"] = list(plugin.client_series.history)[-600:]
-    status["markers"] = list(plugin.markers)[-SHOWN_MARKERS:]
-    status["markers_total"] = len(plugin.markers)
+def status_json(view) -> dict:
+    status = json.loads(view.live.as_json())
+    status["client"] = list(view.client_series.history)[-600:]
+    status["markers"] = list(view.markers)[-SHOWN_MARKERS:]
+    status["markers_total"] = len(view.markers)
     return status
 
 
-def marker_refusal(plugin) -> tuple[dict, int] | None:
+def marker_refusal(view) -> tuple[dict, int] | None:
     """The answer when this run already has its ``MAX_MARKERS`` markers, else None."""
-    if len(plugin.markers) < MAX_MARKERS:
+    if len(view.markers) < MAX_MARKERS:
         return None
     return {"success": False, "message": f"this run already has {MAX_MARKERS} markers, the most a run keeps: "
                                          "no more markers (or marked prefix-cache resets) until the next run"}, 429
 
 
-def register(web_ui, plugin) -> None:
-    """Add the tab, its routes and its controls to Locust's web UI."""
+def register(web_ui, view) -> None:
+    """Add the tab, its routes and its controls to Locust's web UI (``view``: the ``LiveView``)."""
     from flask import Response, jsonify, request
 
     websecurity.install(web_ui)
@@ -89,12 +89,12 @@ def register(web_ui, plugin) -> None:
     @app.route("/server-metrics")
     @auth
     def server_metrics():
-        return Response(json.dumps(status_json(plugin)), mimetype="application/json")
+        return Response(json.dumps(status_json(view)), mimetype="application/json")
 
     @app.route("/server-metrics.csv")
     @auth
     def server_metrics_csv():
-        return Response(plugin.live.as_csv(), mimetype="text/csv",
+        return Response(view.live.as_csv(), mimetype="text/csv",
                         headers={"Content-Disposition": "attachment; filename=server-metrics.csv"})
 
     @app.route("/vllm-server")
@@ -120,9 +120,9 @@ def register(web_ui, plugin) -> None:
         if len(label) > MAX_LABEL_CHARS:
             return jsonify({"success": False, "message": f"a marker label is at most {MAX_LABEL_CHARS} characters "
                                                          f"(this one has {len(label)})"}), 400
-        if (full := marker_refusal(plugin)) is not None:
+        if (full := marker_refusal(view)) is not None:
             return jsonify(full[0]), full[1]
-        marker = plugin.add_marker(label, "marker")
+        marker = view.add_marker(label, "marker")
         if marker is None:
             return jsonify({"success": False, "message": "no run in progress: start one, then add markers"}), 409
         return jsonify({"success": True, "marker": marker})
@@ -130,11 +130,11 @@ def register(web_ui, plugin) -> None:
     @app.route("/vllm-server/reset-prefix-cache", methods=["POST"])
     @auth
     def reset_cache():
-        if (full := marker_refusal(plugin)) is not None:
+        if (full := marker_refusal(view)) is not None:
             return jsonify(full[0]), full[1]
-        options = plugin.environment.parsed_options
-        ok, message = reset_prefix_cache(plugin.environment.host or "", getattr(options, "api_key", "") or "")
-        marker = plugin.add_marker("prefix cache reset", "prefix cache reset") if ok else None
+        options = view.environment.parsed_options
+        ok, message = reset_prefix_cache(view.environment.host or "", getattr(options, "api_key", "") or "")
+        marker = view.add_marker("prefix cache reset", "prefix cache reset") if ok else None
         return jsonify({"success": ok, "message": message, "marker": marker}), 200 if ok else 502
 
     @app.after_request
@@ -143,8 +143,8 @@ def register(web_ui, plugin) -> None:
         path = request.path.rstrip("/")
         if path.endswith("/stats/requests") and response.is_json:
             data = response.get_json()
-            history = plugin.client_series.history
-            rows = table_rows(json.loads(plugin.live.as_json()), history[-1] if history else None)
+            history = view.client_series.history
+            rows = table_rows(json.loads(view.live.as_json()), history[-1] if history else None)
             data["extendedStats"] = [{"key": TAB_KEY, "data": rows}]
             response.set_data(json.dumps(data))
         elif request.path in ("/", "") and response.mimetype == "text/html" and not response.direct_passthrough:

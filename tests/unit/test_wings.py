@@ -1,0 +1,194 @@
+"""The import rules between the wings, read from the source with ``ast`` (CONTRIBUTING.md says why).
+
+Every import counts: absolute and relative, at module level or inside a function. A rule names the
+first-party modules a wing may reach and which third-party packages it may (or may never) import;
+the standard library is always allowed. The checker is tested on a synthetic tree too, so a rule
+that could never fail would show.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRST_PARTY = ("vllm_locust", "analysis", "launch", "benchmarks", "tests", "locustfile")
+NEVER_IN_ANALYSIS = ("locust", "gevent", "openai", "httpx", "httpx2")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What the modules under ``folder`` may import. ``internal``: first-party module prefixes.
+    ``only_third_party``: the only third-party packages allowed (``None``: any but ``never``)."""
+
+    folder: str
+    internal: tuple[str, ...]
+    only_third_party: tuple[str, ...] | None = None
+    never: tuple[str, ...] = ()
+
+
+RULES = (
+    Rule("vllm_locust/core", ("vllm_locust.core",), only_third_party=("orjson",)),
+    Rule("vllm_locust/backend", ("vllm_locust.core", "vllm_locust.backend"), never=("locust", "gevent")),
+    Rule("vllm_locust/plugin", ("vllm_locust",)),
+    Rule("vllm_locust/mock", ("vllm_locust.core", "vllm_locust.mock"), only_third_party=()),
+    Rule("analysis", ("vllm_locust.core", "analysis"), never=NEVER_IN_ANALYSIS),
+    Rule("launch", ("vllm_locust.core", "vllm_locust.backend.scraper", "launch", "analysis"),
+         never=("locust", "gevent")),
+)
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(root: Path, dotted: str) -> bool:
+    base = root.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def imports_of(root: Path, path: Path) -> list[tuple[int, str]]:
+    """(line, dotted module) for every import in the file, relative ones resolved against its package."""
+    tree = ast.parse(path.read_text(), str(path))
+    name = module_name(root, path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                # ``from pkg import submodule`` reaches the submodule; ``from mod import name`` the module.
+                sub = f"{module}.{alias.name}"
+                found.append((node.lineno, sub if is_module(root, sub) else module))
+    return found
+
+
+def _under(target: str, prefixes) -> bool:
+    return any(target == p or target.startswith(p + ".") for p in prefixes)
+
+
+def violations(root: Path, rules=RULES) -> list[str]:
+    """One line per import that breaks its wing's rule: ``file:line: imports X (why)``."""
+    out = []
+    for rule in rules:
+        for path in sorted((root / rule.folder).rglob("*.py")):
+            for line, target in imports_of(root, path):
+                top = target.split(".")[0]
+                where = f"{path.relative_to(root)}:{line}: imports {target}"
+                if top in FIRST_PARTY:
+                    if not _under(target, rule.internal):
+                        out.append(f"{where} ({rule.folder} may import only {', '.join(rule.internal)})")
+                elif top in sys.stdlib_module_names or top == "__future__":
+                    continue
+                elif top in rule.never:
+                    out.append(f"{where} ({rule.folder} never imports {top})")
+                elif rule.only_third_party is not None and top not in rule.only_third_party:
+                    allowed = ", ".join(rule.only_third_party) or "no third-party package"
+                    out.append(f"{where} ({rule.folder} may import the standard library and {allowed})")
+    return out
+
+
+def test_every_wing_keeps_its_import_rules():
+    broken = violations(ROOT)
+    assert not broken, "imports that cross a wing's boundary:\n" + "\n".join(broken)
+
+
+def test_every_python_folder_has_a_rule():
+    """A new wing gets a rule: a sub-package of vllm_locust without one would go unchecked."""
+    wings = {p.parent.relative_to(ROOT).as_posix() for p in (ROOT / "vllm_locust").glob("*/__init__.py")}
+    assert wings <= {r.folder for r in RULES}, f"wings without an import rule: {sorted(wings - {r.folder for r in RULES})}"
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+CLEAN = {
+    "vllm_locust/__init__.py": "",
+    "vllm_locust/core/__init__.py": "",
+    "vllm_locust/core/schema.py": "import json\nfrom dataclasses import dataclass\n",
+    "vllm_locust/core/sse.py": "from .schema import json\ntry:\n    import orjson\nexcept ImportError:\n    pass\n",
+    "vllm_locust/backend/__init__.py": "",
+    "vllm_locust/backend/scraper.py": "from ..core import schema\nimport select\nimport geventhttpclient\n",
+    "vllm_locust/backend/client.py": "",
+    "vllm_locust/plugin/__init__.py": "",
+    "vllm_locust/plugin/user.py": "import gevent\nimport locust\nfrom ..backend import scraper\n",
+    "vllm_locust/mock/__init__.py": "",
+    "vllm_locust/mock/server.py": "from ..core.schema import dataclass\nfrom .metrics import x\n",
+    "vllm_locust/mock/metrics.py": "x = 1\n",
+    "analysis/__init__.py": "",
+    "analysis/load.py": "import pandas\nfrom vllm_locust.core.schema import json\nfrom . import tidy\n",
+    "analysis/tidy.py": "",
+    "launch/__init__.py": "",
+    "launch/sweep.py": "from vllm_locust.backend.scraper import x\nfrom vllm_locust.backend import scraper\nimport analysis.load\n",
+}
+
+
+def test_checker_passes_a_clean_tree(tmp_path):
+    assert violations(_tree(tmp_path, CLEAN)) == []
+
+
+@pytest.mark.parametrize("path, text, expect", [
+    ("vllm_locust/core/sse.py", "import numpy\n", "imports numpy"),
+    ("vllm_locust/core/sse.py", "from ..backend import scraper\n", "imports vllm_locust.backend.scraper"),
+    ("vllm_locust/core/sse.py", "def f():\n    from ..plugin.user import x\n", "imports vllm_locust.plugin.user"),
+    ("vllm_locust/backend/scraper.py", "from gevent import select\n", "never imports gevent"),
+    ("vllm_locust/backend/scraper.py", "def f():\n    import locust.stats\n", "never imports locust"),
+    ("vllm_locust/backend/scraper.py", "from ..plugin import user\n", "imports vllm_locust.plugin.user"),
+    ("vllm_locust/mock/server.py", "from ..backend.scraper import x\n", "imports vllm_locust.backend.scraper"),
+    ("vllm_locust/mock/server.py", "import requests\n", "imports requests"),
+    ("analysis/load.py", "from vllm_locust.backend.client import failure_kind\n", "imports vllm_locust.backend.client"),
+    ("analysis/load.py", "def f():\n    import openai\n", "never imports openai"),
+    ("analysis/tidy.py", "import httpx\n", "never imports httpx"),
+    ("launch/sweep.py", "from vllm_locust.backend import client\n", "imports vllm_locust.backend.client"),
+    ("launch/sweep.py", "from vllm_locust.plugin.user import x\n", "imports vllm_locust.plugin.user"),
+])
+def test_checker_fails_a_broken_rule(tmp_path, path, text, expect):
+    files = dict(CLEAN, **{path: text})
+    broken = violations(_tree(tmp_path, files))
+    assert len(broken) == 1 and expect in broken[0] and broken[0].startswith(path), \
+        f"the checker missed (or misreported) {text.strip()!r} in {path}: {broken}"
+
+
+def test_importing_the_analysis_loads_no_load_generator_library():
+    modules = sorted(p.stem for p in (ROOT / "analysis").glob("*.py") if p.stem != "__init__")
+    code = ("import sys\n"
+            + "".join(f"import analysis.{m}\n" for m in modules)
+            + f"print(','.join(m for m in {NEVER_IN_ANALYSIS!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"importing the analysis failed: {done.stderr[-2000:]}"
+    assert done.stdout.strip() == "", f"importing every analysis module loaded {done.stdout.strip()}"
+
+
+def test_no_metric_name_is_retyped_outside_the_schema():
+    """A metric is defined once (``core/schema.py``); a string literal ``"TTFT"`` elsewhere would be a
+    second definition that a rename leaves behind."""
+    from vllm_locust.core import schema
+
+    names = {*schema.METRIC_NAMES, schema.TTFT_FROM_INTENDED, schema.E2E_FROM_INTENDED}
+    retyped = []
+    for folder in ("vllm_locust", "analysis", "launch", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path == ROOT / "vllm_locust/core/schema.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    retyped.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert not retyped, "metric names typed outside the schema (import them from it):\n" + "\n".join(retyped)

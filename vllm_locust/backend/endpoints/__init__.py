@@ -1,0 +1,67 @@
+"""The endpoints the suite can load, by name: each builds its request body and reads its response.
+
+A new endpoint is one module here that defines an ``Endpoint`` and calls ``register`` at import,
+plus its import line at the bottom of this file; ``--endpoint``'s choices and the user pick it up.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ...core.stream import StreamLimits, StreamResult, read_stream
+
+
+class Endpoint:
+    """One OpenAI-compatible endpoint, streamed. ``prompt_field``: the body's key for the rendered
+    prompt; ``prompt_form``: what the workload renders for it (``"messages"`` or ``"text"``)."""
+
+    name = ""
+    prompt_field = ""
+    prompt_form = "messages"
+
+    def resource(self, client):
+        """The SDK resource whose ``create`` this endpoint calls."""
+        raise NotImplementedError
+
+    def body(self, model: str, max_tokens: int, prompt, continuous_usage: bool = False, ignore_eos: bool = False) -> dict:
+        """Keyword arguments for the SDK's ``create``: fixed output length, usage in the stream."""
+        stream_options = {"include_usage": True}
+        if continuous_usage:
+            stream_options["continuous_usage_stats"] = True  # vLLM: running token count on every chunk
+        body = dict(model=model, max_tokens=max_tokens, stream=True, stream_options=stream_options)
+        if ignore_eos:
+            body["extra_body"] = {"ignore_eos": True}  # vLLM's extension: exactly max_tokens out
+        body[self.prompt_field] = prompt
+        return body
+
+    def stream(self, client, body: dict, on_content: Callable[[int, float, int | None], None], result: StreamResult,
+               limits: StreamLimits) -> StreamResult:
+        """Send ``body`` and read the response into ``result``, calling ``on_content`` per content
+        chunk (the SDK sends; the suite reads the raw body: ``stream.read_stream``)."""
+        with self.resource(client).with_streaming_response.create(**body) as response:
+            return read_stream(response.http_response, on_content, result, limits)
+
+
+ENDPOINTS: dict[str, Endpoint] = {}
+
+
+def register(endpoint: Endpoint) -> Endpoint:
+    if not endpoint.name or endpoint.name in ENDPOINTS:
+        raise ValueError(f"endpoint {endpoint.name!r}: no name, or registered twice")
+    ENDPOINTS[endpoint.name] = endpoint
+    return endpoint
+
+
+def endpoint(name: str) -> Endpoint:
+    """The endpoint of that name; a one-line error naming the known ones."""
+    try:
+        return ENDPOINTS[name]
+    except KeyError:
+        raise ValueError(f"unknown endpoint {name!r} (--endpoint): one of {', '.join(ENDPOINTS)}") from None
+
+
+def names() -> list[str]:
+    return list(ENDPOINTS)
+
+
+from . import chat, completions  # noqa: E402,F401 - each registers itself

@@ -1,0 +1,142 @@
+"""One request, recorded once: ``RequestRecord`` holds everything its rows and events are made of.
+
+The user builds it once, when the request ends, from its identity at send (``RequestInfo``: the
+labels in force and the wire clock's send stamp), the stream timer's metrics, what the stream
+carried (``StreamResult``), the open-loop arrival and the prompt. ``reporting`` turns it into
+Locust events and the recorder into rows (``row()``: the ``RequestRow``; ``sample_values()``: the
+``SampleRow`` tuples), so the events, the rows and the bench-JSON export read the same numbers.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .outcome import Failure, Outcome
+from .schema import E2E, TPOT, RequestRow, SampleRow, names_of
+
+
+@dataclass(frozen=True, slots=True)
+class Labels:
+    """The run state a request was sent under (not the state when it ended)."""
+
+    run_id: str
+    phase: str
+    concurrency: int | None
+    step: int | None
+    request_rate: float | None = None  # open loop only: the arrival rate it was sent at
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """Who a request's samples belong to: its identity, labels and send instant (both clocks)."""
+
+    labels: Labels
+    worker_id: str
+    request_id: str
+    request_type: str  # Locust's request type: the endpoint ("chat"; paired mode's target b: "chat-b")
+    sent_at_s: float  # unix seconds
+    sent_perf_s: float  # perf_counter seconds, same instant
+
+    @property
+    def run_id(self) -> str:
+        return self.labels.run_id
+
+    @property
+    def phase(self) -> str:
+        return self.labels.phase
+
+
+# The order ``sample_values`` builds sample rows in; checked against the schema once, at import.
+SAMPLE_ORDER = ("run_id", "worker_id", "request_id", "metric", "value_ms", "t_s", "phase", "concurrency", "step", "tokens",
+                "request_rate")
+if names_of(SampleRow) != SAMPLE_ORDER:  # pragma: no cover - fails loudly if the schema changes
+    raise ImportError(f"record.SAMPLE_ORDER is out of date with schema.SampleRow: {names_of(SampleRow)}")
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One finished request. ``samples``: the stream's ``(metric, value_ms, end_perf_s, tokens)``
+    (TTFT, ITL) as measured; E2E and TPOT are its own fields;
+    ``failure``: None when it succeeded, else its kind and message (interrupted included)."""
+
+    info: RequestInfo
+    endpoint: str
+    model: str
+    workload: str
+    prompt_index: int
+    prompt_kind: str
+    end_perf_s: float
+    last_perf_s: float | None  # the last content chunk's arrival (perf_counter s): where E2E ends
+    ttft_ms: float | None
+    e2e_ms: float | None  # None unless it succeeded
+    tpot_ms: float | None
+    output_tokens: int | None  # usage's completion tokens, else the content chunks
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    content_chunks: int
+    finish_reason: str | None
+    failure: Failure | None
+    samples: tuple[tuple, ...] = ()
+    intended_at_s: float | None = None  # open loop: when the schedule meant it to leave (unix s)
+    intended_perf_s: float | None = None  # the same instant on perf_counter
+    queue_ms: float | None = None  # open loop: the part of its lateness spent waiting for a free user
+    target: str = ""  # paired mode: "a" or "b"
+    pair_id: str = ""
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.OK if self.failure is None else self.failure.kind
+
+    @property
+    def error(self) -> str:
+        return "" if self.failure is None else self.failure.message
+
+    @property
+    def elapsed_ms(self) -> float:
+        """From the send to the request's end (a failure's time; not a metric)."""
+        return (self.end_perf_s - self.info.sent_perf_s) * 1000.0
+
+    @property
+    def lateness_ms(self) -> float | None:
+        """Open loop: from the instant it was due to the instant it left."""
+        if self.intended_perf_s is None:
+            return None
+        return (self.info.sent_perf_s - self.intended_perf_s) * 1000.0
+
+    def row(self) -> RequestRow:
+        """The request row, rounded as written."""
+        info, labels = self.info, self.info.labels
+        open_loop = {} if self.intended_at_s is None else dict(
+            intended_at_s=round(self.intended_at_s, 6), lateness_ms=_rounded(self.lateness_ms),
+            queue_ms=_rounded(self.queue_ms), request_rate=labels.request_rate)
+        return RequestRow(
+            run_id=labels.run_id, worker_id=info.worker_id, request_id=info.request_id,
+            endpoint=self.endpoint, model=self.model, workload=self.workload,
+            prompt_index=self.prompt_index, prompt_kind=self.prompt_kind, sent_at_s=round(info.sent_at_s, 6),
+            ttft_ms=_rounded(self.ttft_ms), e2e_ms=_rounded(self.e2e_ms),
+            prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+            content_chunks=self.content_chunks, finish_reason=self.finish_reason, error=self.error,
+            phase=labels.phase, concurrency=labels.concurrency, step=labels.step,
+            target=self.target, pair_id=self.pair_id, kind=self.outcome.value, **open_loop)
+
+    def sample_values(self) -> list[tuple]:
+        """The samples as ``SampleRow`` field tuples (``SAMPLE_ORDER``), rounded as written: no
+        object per chunk on the hot path."""
+        info, labels = self.info, self.info.labels
+        offset = info.sent_at_s - info.sent_perf_s  # perf_counter -> unix seconds
+        head = (labels.run_id, info.worker_id, info.request_id)
+        tail = (labels.phase, labels.concurrency, labels.step)
+        rate = labels.request_rate
+        rows = [(*head, metric, round(value, 4), round(end + offset, 6), *tail, tokens, rate)
+                for metric, value, end, tokens in self.samples]
+        if self.failure is None and self.e2e_ms is not None:  # a success's own samples end with it
+            end = round(self.last_perf_s + offset, 6)
+            rows.append((*head, E2E, round(self.e2e_ms, 4), end, *tail, self.output_tokens, rate))
+            if self.tpot_ms is not None:
+                rows.append((*head, TPOT, round(self.tpot_ms, 4), end, *tail, self.output_tokens, rate))
+        return rows

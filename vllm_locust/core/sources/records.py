@@ -1,0 +1,81 @@
+"""The records a workload source hands the user: frozen prompts, and the pool they are drawn from.
+
+A ``Prompt`` carries everything one request needs from its source: the text or messages, the
+exact prompt length, its own output length, and (for the sources still to come) a send time
+for trace replay and a session id and turn for conversations. The user reads nothing else.
+
+**Tags.** Each request starts its user text with a fixed lead word and ``TAG_WORDS`` one-token
+words spelling the run, the worker and the request number in base ``len(atoms)``: no two
+requests of a run share a prompt prefix, whatever the pool's size (``workloads.py`` says why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RUN_DIGITS, WORKER_DIGITS, SEQUENCE_DIGITS = 1, 2, 4  # tag words: run 1, worker 2, request number 4
+TAG_WORDS = RUN_DIGITS + WORKER_DIGITS + SEQUENCE_DIGITS
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One pool entry: chat ``messages`` or completions ``prefix`` + ``text``, its exact token count.
+
+    ``max_tokens``: this prompt's output length (None: the run's ``--max-tokens``); ``send_at_s``:
+    seconds after the run's start to send it (traces; None: when the user is free); ``session_id``
+    and ``turn``: its place in a conversation (None: a single request).
+    ``render(tag)`` puts a request's tag at the start of the user text (after the shared system
+    prompt): the tag's words replace the placeholder the body was measured with.
+    """
+
+    index: int
+    kind: str
+    prompt_tokens: int
+    messages: tuple[tuple[str, str], ...] = ()
+    text: str = ""
+    prefix: str = ""
+    max_tokens: int | None = None
+    send_at_s: float | None = None
+    session_id: str | None = None
+    turn: int | None = None
+
+    def render(self, tag: str = ""):
+        """Chat messages (a list of dicts) or the completions prompt (a string)."""
+        lead = tag + " " if tag else ""
+        if not self.messages:
+            return self.prefix + lead + self.text
+        out = [{"role": role, "content": content} for role, content in self.messages]
+        out[-1]["content"] = lead + out[-1]["content"]
+        return out
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The built pool and the tag alphabet (empty when prompts may repeat)."""
+
+    prompts: list[Prompt]
+    atoms: tuple[str, ...] = ()
+
+    def tag(self, run: int, worker: int, sequence: int) -> str:
+        """The words that make request ``sequence`` of ``worker`` in run ``run`` unique: a fixed lead
+        word (the first atom), then the digits of sequence, worker and run in base ``len(atoms)``,
+        least significant first, so consecutive requests differ from the second word on."""
+        if not self.atoms:
+            return ""
+        base = len(self.atoms)
+        digits = (_digits(sequence, base, SEQUENCE_DIGITS) + _digits(worker, base, WORKER_DIGITS)
+                  + _digits(run, base, RUN_DIGITS))
+        return " ".join([self.atoms[0]] + [self.atoms[d] for d in digits])
+
+    @property
+    def unique_requests_per_worker(self) -> int:
+        return len(self.atoms) ** SEQUENCE_DIGITS if self.atoms else 0
+
+
+def _digits(value: int, base: int, width: int) -> list[int]:
+    """The ``width`` lowest digits of ``value`` in ``base``, least significant first."""
+    out = []
+    for _ in range(width):
+        value, d = divmod(value, base)
+        out.append(d)
+    return out

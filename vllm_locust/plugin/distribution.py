@@ -1,0 +1,185 @@
+"""The two sides of a distributed run: a master's workers, and a worker's part towards its master.
+
+``MasterSide``: the roster of workers (who joined, who was lost: the run carries on), their hellos
+(answered with the run state they may have missed), their reports (live values and raw rows,
+heard only from this run's registered workers: ``peers``), and at test stop the drain: every
+worker stops its users and sends its last stats before Locust prints its totals.
+``WorkerSide``: the hello, the live values and raw rows sent with each stats report, and the
+flush at test stop (last stats, then ``FLUSHED_MESSAGE``: messages keep their order).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import gevent
+from locust.runners import MasterRunner, WorkerRunner
+
+from ..core.client_window import REPORT_KEY
+from ..core.versions import versions
+from ..core.wholelines import describe as describe_write_error
+from .outbox import REPORT_KEY as ROWS_KEY
+from .outbox import write_received
+from .roster import WorkerRoster, worker_info
+
+logger = logging.getLogger(__name__)
+FLUSHED_MESSAGE = "vllm_locust_flushed"  # worker -> master: my users stopped, my last stats are sent
+HELLO_MESSAGE = "vllm_locust_hello"  # worker -> master: my plugin is attached, send me the run state
+DRAIN_TIMEOUT_S = 20.0
+
+
+class MasterSide:
+    """A master's knowledge of its workers during a run."""
+
+    def __init__(self, environment, run, view, failures, peers):
+        self.environment = environment
+        self.run = run
+        self.view = view
+        self.failures = failures
+        self.peers = peers  # --worker-token, out of the options
+        self.roster = WorkerRoster()  # every worker that joined, and when it left
+        self.flushed: set[str] = set()  # workers whose last stats arrived this run
+        self._watch: gevent.Greenlet | None = None
+
+    def register(self, events) -> None:
+        events.test_start.add_listener(self.on_test_start)
+        events.test_stop.add_listener(self.on_test_stop)
+        events.worker_report.add_listener(self.on_worker_report)
+        runner = self.environment.runner
+        if isinstance(runner, MasterRunner):
+            events.worker_connect.add_listener(self.on_worker_connect)
+            runner.register_message(FLUSHED_MESSAGE, self.on_flushed_message)
+            runner.register_message(HELLO_MESSAGE, self.on_hello_message)
+
+    def on_test_start(self, **_kwargs) -> None:
+        if self.run.deciding and not self.failures.failed:
+            self.watch_workers()
+            self.flushed = set()
+
+    def on_test_stop(self, environment, **_kwargs) -> None:
+        if isinstance(environment.runner, MasterRunner):
+            self.drain_workers(environment.runner)
+
+    def on_worker_connect(self, client_id, **_kwargs) -> None:
+        self.roster.joined(client_id)
+
+    def on_flushed_message(self, msg, **_kwargs) -> None:
+        self.flushed.add(msg.node_id)
+
+    def on_hello_message(self, msg, **_kwargs) -> None:
+        """A worker's plugin attached (its host, pid, versions, CPUs, clock); it may have missed the
+        state sent before that. Only from a registered peer with the token (``peers``)."""
+        info = self.peers.hello(self.environment.runner, self.roster, msg.node_id, msg.data)
+        if info is None:
+            return
+        self.roster.introduced(msg.node_id, info)
+        self.run.send_to(msg.node_id)
+
+    def on_worker_report(self, client_id, data, **_kwargs) -> None:
+        """A report's live values and raw rows, heard only from this run's workers and written only
+        into this run's files of the worker that sent them (``peers``, ``outbox``)."""
+        if isinstance(data, dict) and not data.get(REPORT_KEY) and not data.get(ROWS_KEY):
+            return  # Locust's own stats only
+        worker = self.peers.reporter(self.environment.runner, self.roster, client_id, data)
+        if worker is None:
+            return
+        if isinstance(data.get(REPORT_KEY), dict):
+            self.view.heard(data[REPORT_KEY])
+        files = data.get(ROWS_KEY)
+        directory = getattr(self.environment.parsed_options, "samples_dir", "") or ""
+        if files and directory:
+            try:
+                written, dropped = write_received(directory, files, self.run.state.run_id, worker)
+            except OSError as err:  # a full disk: stop the run, once, keeping what was written
+                self.failures.write_failed(f"samples: cannot write worker {client_id}'s rows in {directory}: "
+                                           f"{describe_write_error(err)}; stopping the run (what was written is kept)")
+                return
+            for reason, detail in dropped:
+                self.peers.drop(client_id, reason, detail)
+            if written:
+                self.roster.received(client_id, written)
+
+    def watch_workers(self) -> None:
+        """A worker that goes missing or away during the run is recorded (a ``worker lost`` marker:
+        the report's table and time series show it) and the run carries on."""
+        runner = self.environment.runner
+        if not isinstance(runner, MasterRunner) or self._watch is not None:
+            return
+        for node in runner.clients.all:  # workers that joined before the plugin attached
+            self.roster.entry(node.id)
+
+        def watch() -> None:
+            while True:
+                gevent.sleep(1.0)
+                started_s = self.run.started_s
+                if started_s is None:
+                    continue
+                for worker in self.roster.newly_lost(runner):
+                    self.view.note({"t_s": worker["left_s"], "label": f"worker {worker['id']} lost",
+                                    "kind": "worker lost"})
+                    got = worker.get("rows_until_s")
+                    logger.warning("worker %s lost %.0f s into the run: carrying on with %d worker(s); its rows "
+                                   "arrived until %s, what it measured after that (up to one report, 3 s) is lost",
+                                   worker["id"], worker["left_s"] - started_s, self.roster.alive(),
+                                   f"{got - started_s:.0f} s" if got else "never")
+
+        self._watch = gevent.spawn(watch)
+
+    def drain_workers(self, runner) -> None:
+        """Before Locust prints its totals, have every worker stop its users and send its last stats.
+        Locust's quit gives workers 0.5 s for that final report, and on a busy machine the printed
+        totals came out 2-16 requests short of the workers' raw files."""
+        from locust.rpc import Message
+
+        pending = {c.id for c in runner.clients.all if c.state != "missing"} - self.flushed
+        for worker in pending:
+            runner.server.send_to_client(Message("stop", None, worker))
+        deadline = time.time() + DRAIN_TIMEOUT_S
+        while pending - self.flushed and time.time() < deadline:
+            gevent.sleep(0.05)
+        late = pending - self.flushed
+        if late:
+            logger.warning("no final stats from %d worker(s) within %g s: Locust's totals may miss their last "
+                           "requests (the raw files are complete)", len(late), DRAIN_TIMEOUT_S)
+
+
+class WorkerSide:
+    """A worker's messages to its master."""
+
+    def __init__(self, environment, worker_id: str, peers, recording, view):
+        self.environment = environment
+        self.worker_id = worker_id
+        self.peers = peers
+        self.recording = recording
+        self.view = view
+
+    def register(self, events) -> None:
+        events.report_to_master.add_listener(self.on_report_to_master)
+        events.test_stop.add_listener(self.on_test_stop)
+        runner = self.environment.runner
+        if isinstance(runner, WorkerRunner):
+            # A worker connects before its init event runs, so a state sent in between was dropped
+            # ("Unknown message type"): ask for it now that the handler is there.
+            runner.send_message(HELLO_MESSAGE, self.peers.sign(worker_info(self.worker_id, versions())))
+
+    def on_report_to_master(self, client_id, data, **_kwargs) -> None:
+        """This report's raw TTFT/ITL values go to the master's live charts, and its raw rows since
+        the last report to the master's run directory; its token, if it has one."""
+        self.peers.sign(data)
+        values = self.view.window_values()
+        if values is not None:
+            data[REPORT_KEY] = values
+        files = self.recording.take_rows()
+        if files:
+            data[ROWS_KEY] = files
+
+    def on_test_stop(self, environment, **_kwargs) -> None:
+        """The users have stopped: send the last stats, then say so (messages keep their order)."""
+        runner = environment.runner
+        if not isinstance(runner, WorkerRunner):
+            return
+        send_stats = getattr(runner, "_send_stats", None)  # Locust's own final report at quit
+        if send_stats is not None:
+            send_stats()
+        runner.send_message(FLUSHED_MESSAGE, self.worker_id)

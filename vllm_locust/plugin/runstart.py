@@ -1,0 +1,90 @@
+"""The deciding process's start of a run: the checks before anything is sent, then the run id.
+
+A bad value stops the run here: on a worker it only reached that worker's log, and with
+``--processes 2`` the run went on for its whole ``-t`` doing nothing, exit code 0. The server is
+checked once (workers get the model with each spawn).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..backend.client import ServerCheckError, require_host, resolve_model
+from ..backend.modelfit import fits_model
+from ..core.hosts import normalize_host
+from ..core.schema import MEASURED, WARMUP, load_record_file
+from .webform import option_errors
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def writable_dir(directory: str | None) -> str | None:
+    """None when the samples can be written to ``directory`` (made if missing), else one line."""
+    if not directory:
+        return None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as err:
+        return f"--samples-dir {directory}: cannot write there ({err.strerror})"
+    return None
+
+
+def normalize_hosts(environment) -> None:
+    """``--host``, ``--metrics-url`` and ``--paired-host`` as servers' roots (``http://h:p/v1`` is
+    ``http://h:p``): the client adds ``/v1``, ``/metrics`` and ``/reset_prefix_cache`` are at the root."""
+    options = environment.parsed_options
+    if environment.host:
+        environment.host = normalize_host(environment.host)
+    for name in ("metrics_url", "paired_host"):
+        if getattr(options, name, ""):
+            setattr(options, name, normalize_host(getattr(options, name)))
+
+
+class RunStart:
+    """``test_start`` on the deciding process: options, server and run id, or one line and exit 2."""
+
+    def __init__(self, environment, run, failures):
+        self.environment = environment
+        self.run = run
+        self.failures = failures
+
+    def register(self, events) -> None:
+        events.test_start.add_listener(self.on_test_start)
+
+    def on_test_start(self, environment, **_kwargs) -> None:
+        if not self.run.deciding:
+            return
+        options = environment.parsed_options
+        fail = self.failures.fail_run
+        error = option_errors(options, environment.shape_class is not None) or writable_dir(options.samples_dir)
+        if error:
+            fail(error)
+            return
+        normalize_hosts(environment)
+        try:
+            options.model = resolve_model(require_host(environment.host), options.model, options.api_key)
+            fits_model(environment.host, options)  # before any prompt is built: one line, exit 2
+            if getattr(options, "paired_host", ""):  # paired mode: the other server must serve the same name
+                resolve_model(options.paired_host, options.model, options.api_key)
+        except ServerCheckError as err:
+            fail(str(err))
+            return
+        # The shape's first tick can come before test_start: keep what it published.
+        if not self.run.timeline:
+            self.run.begin()
+            shaped = environment.shape_class is not None
+            self.run.publish(phase=WARMUP if shaped and float(options.step_warmup) > 0 else MEASURED)
+        self.run.begin()
+        run_id = options.run_id or new_run_id()
+        if options.samples_dir and load_record_file(options.samples_dir, run_id).exists():
+            fail(f"run {run_id} is already recorded in {options.samples_dir}: a second run would mix its samples "
+                 "into that one's files; choose another --run-id or --samples-dir")
+            return
+        self.run.publish(run_id=run_id)

@@ -1,0 +1,43 @@
+"""The process's workload context, built on first use and rebuilt when the options change.
+
+Every user of a process draws its prompts from one ``LoadContext``; the first user builds it
+under a lock while the others wait. A workload that cannot be built stops the run once, not once
+per user.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import gevent.lock
+
+from .context import LoadContext, build_context, context_key
+
+logger = logging.getLogger(__name__)
+
+
+class Workload:
+    """The shared ``LoadContext`` and the one line said when it cannot be built."""
+
+    def __init__(self, environment, failures):
+        self.environment = environment
+        self.failures = failures
+        self._context: LoadContext | None = None
+        self._lock = gevent.lock.Semaphore()
+
+    def context(self) -> LoadContext:
+        """The process's workload context, built on first use and rebuilt when the options change."""
+        with self._lock:
+            ctx = self._context
+            if ctx is None or ctx.key != context_key(self.environment):
+                ctx = self._context = build_context(self.environment)
+                logger.info("workload %s: %d prompt bodies of %s tokens%s for model %s; per-chunk usage %s",
+                            ctx.spec.name, len(ctx.prompts), sorted({p.prompt_tokens for p in ctx.prompts}),
+                            ", each request uniquely tagged" if ctx.workload.atoms else " (recycled)", ctx.model,
+                            "on" if ctx.continuous_usage else "off")
+            return ctx
+
+    def failed(self, err: Exception) -> None:
+        """One line per process, not per user, then exit code 2: the deciding process stops the run;
+        a worker's users stop themselves and its master decides."""
+        self.failures.fail_run(f"cannot build the workload: {err}", once="workload", workers_quit=False)
