@@ -29,7 +29,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from vllm_locust.core.schema import INTERRUPTED, ITL, SAMPLE, TTFT  # noqa: E402
+from vllm_locust.core.schema import ITL, SAMPLE, TTFT  # noqa: E402
+from analysis.tidy import failed as failed_requests, succeeded  # noqa: E402  (outcomes by kind, not text)
 
 
 def children_cpu_s() -> float:
@@ -61,14 +62,14 @@ def suite_level(a, c: int, out: Path, usage: str = "auto") -> dict:
     requests = pd.concat([pd.read_csv(f) for f in glob.glob(str(d / "requests-*.csv"))], ignore_index=True)
     client = pd.concat([pd.read_csv(f) for f in glob.glob(str(d / "client-*.csv"))], ignore_index=True)
     requests = requests[requests["phase"] == "measured"]
-    ok = requests[requests["error"].isna()]
+    ok = succeeded(requests)
     samples = samples[(samples["phase"] == "measured") & samples["request_id"].isin(ok["request_id"])]
     ttft = samples.loc[samples[SAMPLE.metric] == TTFT, SAMPLE.value_ms].to_numpy()
     itl = samples.loc[samples[SAMPLE.metric] == ITL, SAMPLE.value_ms].to_numpy()
     lag = client.loc[(client["metric"] == "loop_lag_ms") & (client["phase"] == "measured"), "value"].to_numpy()
     chunks = int(requests["content_chunks"].sum())
     return {"client": name, "concurrency": c, "exit": code, "requests": int(len(ok)),
-            "failed": int((requests["error"].notna() & (requests["error"] != INTERRUPTED)).sum()), **pcts(ttft, itl),
+            "failed": len(failed_requests(requests)), **pcts(ttft, itl),
             "mean_input_tokens": float(ok["prompt_tokens"].mean()),
             "output_tokens_per_s": float(ok["completion_tokens"].sum()) / a.duration,
             "chunks_per_token": chunks / max(float(requests["completion_tokens"].sum()), 1.0),

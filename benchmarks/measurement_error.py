@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from vllm_locust.core.schema import ITL, SAMPLE, TTFT  # noqa: E402
 from vllm_locust.mock.server import start_process  # noqa: E402
+from analysis.tidy import succeeded  # noqa: E402  (outcomes by kind, not text)
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
 
@@ -112,7 +113,7 @@ def suite_client(server, users: int, processes: int, duration_s: int, tokens: in
         raise SystemExit(proc.stderr[-2000:])
     samples = pd.concat([pd.read_csv(f) for f in glob.glob(f"{out}/samples-*.csv")])
     requests = pd.concat([pd.read_csv(f) for f in glob.glob(f"{out}/requests-*.csv")])
-    done = requests[requests["error"].isna()]
+    done = succeeded(requests)
     samples = samples[samples["request_id"].isin(done["request_id"])]
     # The first request of each user opens its connection and warms the SDK: the warm-up's job.
     first = requests.sort_values("sent_at_s").head(users)["request_id"]

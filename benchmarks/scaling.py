@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from launch.sweep import free_port  # noqa: E402
 from vllm_locust.core.schema import ITL, SAMPLE, TTFT  # noqa: E402
+from analysis.tidy import failed as failed_requests  # noqa: E402  (outcomes by kind, not text)
 
 
 def start_servers(n: int, args) -> tuple[list[subprocess.Popen], str]:
@@ -57,14 +58,13 @@ def one(url: str, processes: int, args) -> dict:
     ttft = m.loc[m[SAMPLE.metric] == TTFT, SAMPLE.value_ms].to_numpy() - args.ttft_ms
     itl = m.loc[m[SAMPLE.metric] == ITL, SAMPLE.value_ms].to_numpy() - args.itl_ms
     reqs = requests[requests["phase"] == "measured"]
-    failed = reqs["error"].notna() & ~reqs["error"].astype("string").fillna("").str.startswith("interrupted")
     lag = client[(client["metric"] == "loop_lag_ms") & (client["phase"] == "measured")]["value"]
     chunks_per_s = (len(itl) + len(ttft)) / args.duration
     return {"processes": processes, "streams": users, "chunks/s": round(chunks_per_s),
             "chunks/s per process": round(chunks_per_s / processes),
             "TTFT error p50 ms": round(float(np.percentile(ttft, 50)), 2), "TTFT error p95 ms": round(float(np.percentile(ttft, 95)), 2),
             "ITL error p50 ms": round(float(np.percentile(itl, 50)), 2), "ITL error p95 ms": round(float(np.percentile(itl, 95)), 2),
-            "loop lag p99 ms": round(float(np.percentile(lag, 99)), 2) if len(lag) else None, "failed": int(failed.sum())}
+            "loop lag p99 ms": round(float(np.percentile(lag, 99)), 2) if len(lag) else None, "failed": len(failed_requests(reqs))}
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from vllm_locust.mock.server import start_process  # noqa: E402
+from analysis.tidy import failed as failed_requests  # noqa: E402  (outcomes by kind, not text)
 
 
 def one(server, rate: float, processes: int, args) -> dict:
@@ -51,7 +52,7 @@ def one(server, rate: float, processes: int, args) -> dict:
             "p50_lateness_ms": round(float(np.percentile(late, 50)), 2),
             "p99_lateness_ms": round(float(np.percentile(late, 99)), 2),
             "max_lateness_ms": round(float(late.max()), 2), "queued": queued,
-            "failed": int((m["error"].notna() & ~m["error"].astype(str).str.startswith("interrupted")).sum())}
+            "failed": len(failed_requests(m))}
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from vllm_locust.core.schema import E2E  # noqa: E402
 from vllm_locust.mock.server import start_process  # noqa: E402
+from analysis.tidy import failed as failed_requests, interrupted, succeeded  # noqa: E402  (outcomes by kind, not text)
 
 
 def rss_mib(pid: int) -> float | None:
@@ -86,9 +87,7 @@ def main() -> None:
     requests = pd.concat(pd.read_csv(f, dtype={"error": "string"}) for f in glob.glob(str(samples / "requests-*.csv")))
     sample_rows = sum(sum(1 for _ in open(f)) - 1 for f in glob.glob(str(samples / "samples-*.csv")))
     measured = requests[requests["phase"] == "measured"]
-    ok = measured[measured["error"].isna()]
-    interrupted = measured["error"].astype("string").fillna("").str.startswith("interrupted")
-    failed = measured[measured["error"].notna() & ~interrupted]
+    ok, failed, cut = succeeded(measured), failed_requests(measured), interrupted(measured)
     # a failed or interrupted request keeps the TTFT and ITLs it had: one row per content chunk
     partial = requests[requests["error"].notna()]
     expected = int(ok["content_chunks"].sum() + 2 * len(ok) + partial["content_chunks"].fillna(0).sum())
@@ -96,7 +95,7 @@ def main() -> None:
     e2e = locust_stats[locust_stats["Name"] == E2E]
     locust_requests = int(e2e["Request Count"].sum()) if len(e2e) else 0
     totals = {"minutes": args.minutes, "users": args.users, "target": args.target, "exit": proc.returncode,
-              "requests_ok": int(len(ok)), "requests_failed": int(len(failed)), "requests_interrupted": int(interrupted.sum()),
+              "requests_ok": int(len(ok)), "requests_failed": int(len(failed)), "requests_interrupted": int(len(cut)),
               "locust_e2e_count": locust_requests, "sample_rows": sample_rows, "expected_sample_rows": expected,
               "chunks_per_s": round(float(ok["content_chunks"].sum()) / (args.minutes * 60), 1),
               "raw_files_mib": round(raw_bytes(samples) / 2**20, 1)}
