@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vllm_locust.core.schema import (CLIENT, CPU_PCT, E2E, E2E_FROM_INTENDED, IDS, ITL, LEVEL, LOOP_LAG_MS, PER_RUN, REQUEST,
-                                     RUN, SAMPLE, SPAWN_TO_SEND_MS, SUMMARY, TPOT, TTFT, TTFT_FROM_INTENDED, mean_col,
+from vllm_locust.core.schema import (CLIENT, CPU_PCT, E2E_FROM_INTENDED, IDS, ITL, LEVEL, LOOP_LAG_MS, PER_RUN, REQUEST,
+                                     RUN, SAMPLE, SPAWN_TO_SEND_MS, SUMMARISED, SUMMARY, TTFT, TTFT_FROM_INTENDED, mean_col,
                                      pct_col)
 
 from . import server as server_stats
@@ -28,7 +28,6 @@ DEFAULT_MAX_CLIENT_LAG_MS = 2.0
 # this 2-core VM an idle client sends 0.9 ms (timer wake-up) + 1.5 ms (the SDK builds the request)
 # after the instant; a backlog (every user busy) shows as seconds.
 DEFAULT_MAX_SEND_LATENESS_MS = 10.0
-PERCENTILES = ((TTFT, (50, 95, 99)), (ITL, (50, 95, 99)), (TPOT, (50, 95)), (E2E, (50, 95)))
 SERVER_MEANS = (PER_RUN.mean_kv_cache_usage, PER_RUN.prefix_cache_hit_rate, PER_RUN.server_queue_ms,
                 PER_RUN.server_prefill_ms, PER_RUN.server_decode_ms, PER_RUN.server_ttft_mean_ms,
                 PER_RUN.server_itl_mean_ms, PER_RUN.server_p95_ttft_ms, PER_RUN.server_p95_itl_ms)
@@ -158,11 +157,12 @@ def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame,
                SUMMARY.requests: int(len(r) - len(interrupted(r))), SUMMARY.failures: int(len(failed(r))),
                SUMMARY.failure_kinds: failure_kinds(r),
                SUMMARY.interrupted: int(len(interrupted(r)))}
-        for metric, qs in PERCENTILES:
+        for summarised in SUMMARISED:
+            metric = summarised.metric
             values = s.loc[s[SAMPLE.metric] == metric, SAMPLE.value_ms].to_numpy()
-            for q, v in percentiles(values, qs).items():
+            for q, v in percentiles(values, summarised.percentiles).items():
                 row[pct_col(metric, q)] = v
-            if metric in (TTFT, ITL):
+            if summarised.mean:
                 row[mean_col(metric)] = float(values.mean()) if len(values) else float("nan")
         per_token = itl_per_token(s[s[SAMPLE.metric] == ITL])
         per_token_q = percentiles(per_token, (50, 95))

@@ -19,10 +19,10 @@ def test_knobs_are_flag_names_and_plain_values(tmp_path):
     assert candidate_name("baseline-cpu", "max-num-seqs", "4") == "baseline-cpu--max-num-seqs-4"
 
 
-def frames(beats: bool, ttft_ci: tuple, itl_ci: tuple):
+def frames(beats: bool, ttft_ci: tuple, itl_ci: tuple, trusted: bool = True):
     per_level = pd.DataFrame([{VERDICT.profile: "c", VERDICT.request_rate: 0.0, VERDICT.concurrency: 8, VERDICT.beats: beats,
                                VERDICT.p95_ttft_change_pct: sum(ttft_ci) / 2, VERDICT.p95_itl_change_pct: sum(itl_ci) / 2,
-                               VERDICT.throughput_change_pct: 0.0, VERDICT.goodput_change_pct: None, VERDICT.trusted: True,
+                               VERDICT.throughput_change_pct: 0.0, VERDICT.goodput_change_pct: None, VERDICT.trusted: trusted,
                                VERDICT.why: "x"}])
     comparison = pd.DataFrame([{COMPARISON.profile: "c", COMPARISON.request_rate: 0.0, COMPARISON.concurrency: 8,
                                 COMPARISON.metric: m, COMPARISON.change_pct: sum(ci) / 2, COMPARISON.ci_low_pct: ci[0],
@@ -35,3 +35,8 @@ def test_a_candidate_is_decided_when_it_beats_or_is_surely_worse():
     verdict, rows = decide(*frames(False, (150, 400), (-5, 3)), "c")
     assert verdict == WORSE and rows[0]["p95_ttft_ci"] == "[150.0, 400.0]" and rows[0]["level"] == "c=8"
     assert decide(*frames(False, (-10, 5), (-3, 2)), "c")[0] is None, "undecided: another repeat"
+
+
+def test_a_beat_on_untrusted_numbers_is_not_kept():
+    """Seen in CI: the client fell behind in both runs and read max-num-seqs=1 as a beat; the tuner kept it."""
+    assert decide(*frames(True, (-70, -17), (-100, -100), trusted=False), "c")[0] is None, "undecided, never kept"

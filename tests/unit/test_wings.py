@@ -192,3 +192,22 @@ def test_no_metric_name_is_retyped_outside_the_schema():
                 if isinstance(node, ast.Constant) and node.value in names:
                     retyped.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
     assert not retyped, "metric names typed outside the schema (import them from it):\n" + "\n".join(retyped)
+
+
+def test_the_core_names_no_endpoint():
+    """Endpoints are a registry in the backend: the core decides nothing by an endpoint's name (the
+    prompt's form comes from the endpoint's ``prompt_form``)."""
+    import ast
+
+    from vllm_locust.backend.endpoints import names
+
+    core = Path(__file__).resolve().parents[2] / "vllm_locust" / "core"
+    found = []
+    for path in core.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(isinstance(c, ast.Constant) and c.value in names()
+                                                     for c in [node.left, *node.comparators]):
+                found.append(f"{path.name}:{node.lineno}")
+            if isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value in names() for a in node.args):
+                found.append(f"{path.name}:{node.lineno}")
+    assert not found, f"the core switches on endpoint names at {found}"

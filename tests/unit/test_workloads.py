@@ -2,7 +2,9 @@ import pytest
 
 from launch.make_tiny_model import write_model
 from vllm_locust.backend.tokencount import LocalTokenCounter, WordCounter
+from vllm_locust.backend.endpoints import endpoint as registered
 from vllm_locust.core.sources.exact import ExactBuilder, PromptLengthError
+from vllm_locust.core.sources.records import TEXT
 from vllm_locust.core.workloads import WorkloadSpec, build_prompts, build_workload, load_or_build
 
 
@@ -17,7 +19,8 @@ def count(counter, rendered):
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_fixed_prompts_have_the_exact_token_count(counter, endpoint):
-    spec = WorkloadSpec(name="fixed", prompt_tokens=97, pool=12, endpoint=endpoint, unique=False)
+    spec = WorkloadSpec(name="fixed", prompt_tokens=97, pool=12, endpoint=endpoint, unique=False,
+                        prompt_form=registered(endpoint).prompt_form)
     prompts = build_prompts(spec, counter)
     assert [count(counter, p.render()) for p in prompts] == [97] * 12, "every prompt is exactly --prompt-tokens"
     assert len({p.text or p.messages for p in prompts}) == 12, "prompts in the pool are distinct"
@@ -25,7 +28,8 @@ def test_fixed_prompts_have_the_exact_token_count(counter, endpoint):
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_tagged_prompts_never_repeat_and_stay_exact(counter, endpoint):
-    workload = build_workload(WorkloadSpec(name="fixed", prompt_tokens=60, pool=4, endpoint=endpoint), counter)
+    workload = build_workload(WorkloadSpec(name="fixed", prompt_tokens=60, pool=4, endpoint=endpoint,
+                                           prompt_form=registered(endpoint).prompt_form), counter)
     assert len(workload.atoms) >= 8
     seen, lengths = set(), set()
     # Several workers and runs, and sequences past the pool size and past the first digits' carry.
@@ -102,12 +106,12 @@ def test_filler_reaches_targets_words_cannot():
         def count_messages(self, messages, add_generation_prompt=True):
             return sum(self.count_text(m["content"]) for m in messages)
 
-    body, n = ExactBuilder(Pairs(), "completions").build(["bo"] * 50, 7)
+    body, n = ExactBuilder(Pairs(), TEXT).build(["bo"] * 50, 7)
     assert n == 7 and Pairs().count_text(body) == 7
 
 
 def test_impossible_lengths_say_why():
     with pytest.raises(PromptLengthError, match="fewer than 500"):
-        ExactBuilder(WordCounter(), "completions").build(["w"] * 10, 500)
+        ExactBuilder(WordCounter(), TEXT).build(["w"] * 10, 500)
     with pytest.raises(ValueError, match="--workload"):
         WorkloadSpec(name="bursty")

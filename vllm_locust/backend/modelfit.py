@@ -12,6 +12,7 @@ import requests
 
 from . import bounds
 from .client import ServerCheckError, api_base
+from .endpoints import endpoint
 from ..core.sources import source
 from ..core.workloads import WorkloadSpec
 
@@ -58,7 +59,7 @@ def check_fits(host: str, model: str, spec: WorkloadSpec, api_key: str = "") -> 
 def fits_model(host: str, options) -> None:
     """``check_fits`` for a run's options; options that do not make a workload are refused later, by name."""
     try:
-        spec = WorkloadSpec.from_options(options)
+        spec = WorkloadSpec.from_options(options, endpoint(options.endpoint).prompt_form)
     except (ValueError, TypeError):
         return
     check_fits(host, options.model, spec, getattr(options, "api_key", "") or "")

@@ -308,11 +308,25 @@ def mean_col(metric: str) -> str:
     return f"mean_{metric.lower()}_ms"
 
 
+@dataclass(frozen=True)
+class MetricSummary:
+    """How the summary reports one client metric: its percentiles, and its mean where it has one.
+    A new metric is one entry here (its samples carry its name): the summary and its columns follow."""
+
+    metric: str
+    percentiles: tuple[int, ...]
+    mean: bool = False
+
+    def columns(self) -> list[str]:
+        return [pct_col(self.metric, q) for q in self.percentiles] + ([mean_col(self.metric)] if self.mean else [])
+
+
+SUMMARISED = (MetricSummary(TTFT, (50, 95, 99), mean=True), MetricSummary(ITL, (50, 95, 99), mean=True),
+              MetricSummary(TPOT, (50, 95)), MetricSummary(E2E, (50, 95)))
+
 SUMMARY = Columns(
     "profile", "request_rate", "concurrency", "repeats", "requests", "failures", "failure_kinds", "interrupted",
-    pct_col(TTFT, 50), pct_col(TTFT, 95), pct_col(TTFT, 99), mean_col(TTFT),
-    pct_col(ITL, 50), pct_col(ITL, 95), pct_col(ITL, 99), mean_col(ITL),
-    pct_col(TPOT, 50), pct_col(TPOT, 95), pct_col(E2E, 50), pct_col(E2E, 95),
+    *(column for summarised in SUMMARISED for column in summarised.columns()),
     "output_tokens_per_s", "requests_per_s",
     "max_num_requests_running", "max_num_requests_waiting", "mean_kv_cache_usage", "preemptions",
     "prefix_cache_hit_rate", "server_queue_ms", "server_prefill_ms", "server_decode_ms",

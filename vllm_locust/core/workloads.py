@@ -31,7 +31,7 @@ from pathlib import Path
 
 from . import sources
 from .sources.exact import PromptLengthError
-from .sources.records import Prompt, Workload
+from .sources.records import MESSAGES, PROMPT_FORMS, Prompt, Workload
 from .tokens import TokenCounter
 
 __all__ = ["CACHE_VERSION", "Prompt", "PromptLengthError", "Workload", "WorkloadSpec", "build_prompts",
@@ -54,16 +54,20 @@ class WorkloadSpec:
     pool: int = 256
     seed: int = 0
     endpoint: str = "chat"
+    prompt_form: str = MESSAGES  # what the endpoint takes: chat messages or plain text (its registry says)
     unique: bool = True
 
     def __post_init__(self):
         sources.source(self.name)  # an unknown name is one line naming the registered ones
+        if self.prompt_form not in PROMPT_FORMS:
+            raise ValueError(f"prompt form {self.prompt_form!r}: one of {', '.join(PROMPT_FORMS)}")
         if self.prompt_tokens < 1 or self.max_tokens < 1 or self.pool < 1:
             raise ValueError("--prompt-tokens, --max-tokens and --prompt-pool must be at least 1")
 
     @classmethod
-    def from_options(cls, options) -> "WorkloadSpec":
-        """The workload a run's options describe (parsed flags, or the web UI's strings)."""
+    def from_options(cls, options, prompt_form: str = MESSAGES) -> "WorkloadSpec":
+        """The workload a run's options describe (parsed flags, or the web UI's strings); the
+        endpoint's ``prompt_form`` comes from the endpoint registry, which the core cannot import."""
         return cls(
             name=options.workload,
             prompt_tokens=int(options.prompt_tokens),
@@ -74,6 +78,7 @@ class WorkloadSpec:
             pool=int(options.prompt_pool),
             seed=int(options.seed),
             endpoint=options.endpoint,
+            prompt_form=prompt_form,
             unique=not _on(getattr(options, "no_unique_prompts", False)),
         )
 

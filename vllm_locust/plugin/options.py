@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..backend.endpoints import endpoint
 from ..backend.endpoints import names as endpoint_names
 from ..core import sources
 from ..core.workloads import WorkloadSpec
@@ -158,7 +159,7 @@ def resolve_api_key(options) -> None:
 
 def workload_spec(options) -> WorkloadSpec:
     """The workload the options describe (built in the core, so the backend's model check needs no plugin)."""
-    return WorkloadSpec.from_options(options)
+    return WorkloadSpec.from_options(options, endpoint(options.endpoint).prompt_form)
 
 
 def parse_steps(text: str) -> list[int]:

@@ -12,7 +12,7 @@ import random
 from typing import TYPE_CHECKING, Iterator
 
 from . import Source
-from .records import TAG_WORDS, Prompt, Workload
+from .records import TAG_WORDS, TEXT, Prompt, Workload
 
 if TYPE_CHECKING:
     from ..tokens import TokenCounter
@@ -38,13 +38,13 @@ def word_stream(rng: random.Random) -> Iterator[str]:
 class ExactBuilder:
     """Finds the number of words (plus filler) that makes a rendered prompt exactly N tokens."""
 
-    def __init__(self, counter: TokenCounter, endpoint: str, lead: str = ""):
+    def __init__(self, counter: TokenCounter, prompt_form: str, lead: str = ""):
         self.counter = counter
-        self.endpoint = endpoint
+        self.prompt_form = prompt_form
         self.lead = lead + " " if lead else ""  # the tag placeholder the body is measured with
 
     def count(self, system: str | None, body: str) -> int:
-        if self.endpoint == "completions":
+        if self.prompt_form == TEXT:
             return self.counter.count_text((system + " " if system else "") + self.lead + body)
         return self.counter.count_messages(self.messages(system, self.lead + body))
 
@@ -116,11 +116,11 @@ def one_token_words(counter: TokenCounter, want: int = WANT_ATOMS) -> list[str]:
     return found
 
 
-def checked_atoms(counter: TokenCounter, endpoint: str, candidates: list[str], system: str | None, body: str,
+def checked_atoms(counter: TokenCounter, prompt_form: str, candidates: list[str], system: str | None, body: str,
                   target: int) -> tuple[str, ...]:
     """The candidates that keep a built prompt at ``target`` tokens in a tag's digit positions, and
     only if a sample of whole tags does too (the tag's lead word is fixed, so only digits vary)."""
-    probe = ExactBuilder(counter, endpoint)
+    probe = ExactBuilder(counter, prompt_form)
     lead = candidates[0]
     keep = tuple(atom for atom in candidates
                  if probe.count(system, f"{lead} {' '.join([atom] * TAG_WORDS)} {body}") == target)
@@ -154,7 +154,7 @@ class SyntheticSource(Source):
                 raise PromptLengthError(f"this tokenizer has too few one-token words for unique prompts "
                                         f"({len(candidates)} of {MIN_ATOMS}); pass --no-unique-prompts")
         placeholder = " ".join([candidates[0]] * (TAG_WORDS + 1)) if candidates else ""
-        builder = ExactBuilder(counter, spec.endpoint, placeholder)
+        builder = ExactBuilder(counter, spec.prompt_form, placeholder)
         system = self.system_prompt(spec, words, counter)
         prompts = []
         atoms: tuple[str, ...] = ()
@@ -163,11 +163,11 @@ class SyntheticSource(Source):
             body_words = [next(words) for _ in range(target * 2 + 16)]
             body, tokens = builder.build(body_words, target, system)
             if candidates and not atoms:
-                atoms = checked_atoms(counter, spec.endpoint, candidates, system, body, target)
+                atoms = checked_atoms(counter, spec.prompt_form, candidates, system, body, target)
                 if len(atoms) < MIN_ATOMS:
                     raise PromptLengthError(f"only {len(atoms)} tag words keep prompts token-exact with this "
                                             f"tokenizer and template; pass --no-unique-prompts")
-            if spec.endpoint == "completions":
+            if spec.prompt_form == TEXT:
                 prompts.append(Prompt(index, kind, tokens, text=body, prefix=(system + " " if system else ""),
                                       max_tokens=spec.max_tokens))
             else:

@@ -17,6 +17,10 @@ RUN_DIGITS, WORKER_DIGITS, SEQUENCE_DIGITS = 1, 2, 4  # tag words: run 1, worker
 TAG_WORDS = RUN_DIGITS + WORKER_DIGITS + SEQUENCE_DIGITS
 
 
+MESSAGES, TEXT = "messages", "text"  # the two prompt forms: a chat template renders one, the other is sent as is
+PROMPT_FORMS = (MESSAGES, TEXT)
+
+
 @dataclass(frozen=True)
 class Prompt:
     """One pool entry: chat ``messages`` or completions ``prefix`` + ``text``, its exact token count.

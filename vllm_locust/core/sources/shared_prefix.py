@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import register
 from .exact import ExactBuilder, SyntheticSource
+from .records import TEXT
 
 
 @register("shared-prefix")
@@ -13,7 +14,7 @@ class SharedPrefix(SyntheticSource):
 
     def system_prompt(self, spec, words, counter):
         system_words = [next(words) for _ in range(spec.prefix_tokens * 2 + 16)]
-        system, _ = ExactBuilder(counter, "completions").build(system_words, spec.prefix_tokens)
+        system, _ = ExactBuilder(counter, TEXT).build(system_words, spec.prefix_tokens)
         return system
 
     def entry(self, spec, rng):
