@@ -1,5 +1,7 @@
 """python -m analysis RUNS_DIR [--baseline PROFILE]: summary.csv, comparison.csv, verdict.csv, failures.csv, report.md, report.html.
 
+Conversation runs (requests with a turn) also get summary_by_turn.csv: TTFT by turn (``turns.py``).
+
 Every run is also written as vLLM ``bench serve`` result JSON under ``RUNS_DIR/bench-serve/``, and
 ``--import-bench FILE.json[:LABEL]`` reads such files (from ``vllm bench serve --save-result
 --save-detailed``) in as a label beside the suite's runs.
@@ -25,6 +27,7 @@ from .report import ReportInput, write_reports
 from .goodput import parse_slo
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, runs_per_run, summarize
 from .paired import is_paired
+from .turns import SUMMARY_BY_TURN_CSV, by_turn, trimmed_note, turn_lines
 from .tidy import check_same_model, check_same_workload, failure_table, tidy_markers, tidy_server
 from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts
 
@@ -112,13 +115,18 @@ def analyse(args) -> int:
     write_atomic(out / "comparison.csv", comparison.to_csv(index=False))
     write_atomic(out / "verdict.csv", per_level.to_csv(index=False))
     write_atomic(out / "failures.csv", failure_table(requests).to_csv(index=False))
+    turns = by_turn(samples, requests)
+    if len(turns):
+        write_atomic(out / SUMMARY_BY_TURN_CSV, turns.to_csv(index=False))
+    trimmed = trimmed_note(requests)
     server = tidy_server(runs)
     md, html = write_reports(out, ReportInput(
         baseline=baseline, summary=summary, comparison=comparison, per_level=per_level, overall=result,
         attribution=attribution_table(summary, server),
         checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
         samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted, markers=tidy_markers(runs),
-        extra_notes=[model_note] if model_note else [], failed=failed, max_client_lag_ms=args.max_client_lag_ms))
+        extra_notes=[model_note] if model_note else [], failed=failed, max_client_lag_ms=args.max_client_lag_ms,
+        by_turn=turns, turn_notes=[*turn_lines(turns, summary), *([trimmed] if trimmed else [])]))
     for row in failed.itertuples():
         print(f"failed run (left out): {row.run}: {row.reason}")
     for profile, verdict in sorted(result.items()):
@@ -143,7 +151,7 @@ def analyse(args) -> int:
                   f"meet {slo}: {row.goodput_requests_per_s:.2f} req/s, {row.goodput_tokens_per_s:.1f} tok/s")
     if not result:
         print(f"{baseline}: one label, so a summary and no verdict")
-    print(f"wrote {out / 'summary.csv'}, {md.name}, {html.name}")
+    print(f"wrote {out / 'summary.csv'}, {f'{SUMMARY_BY_TURN_CSV}, ' if len(turns) else ''}{md.name}, {html.name}")
 
     failed = []
     if args.fail_unless_beats and any(v != "beats" for v in result.values()):

@@ -17,8 +17,8 @@ from vllm_locust.core.schema import (CLIENT, CLIENT_PREFIX, FAILURE_RECORD, INCO
                                 REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE, SAMPLES_PREFIX, SERVER, ClientRow, FailureRecord,
                                 LoadRecord, Manifest, PhaseChange, RequestRow, RunRecord, SampleRow)
 
-from .validate import (AnalysisError, BadRunFile, annotations, check_csv, check_fields, check_items, empty_csv,  # noqa: F401
-                       check_record, numeric_columns, typed)
+from .validate import (AnalysisError, BadRunFile, annotations, check_csv, check_fields, check_items, check_whole,  # noqa: F401
+                       empty_csv, check_record, numeric_columns, typed)
 
 # What the JSON records' lists' entries must be (the records themselves: ``validate.typed``).
 PHASE_TYPES = annotations(PhaseChange)
@@ -55,24 +55,31 @@ class Run:
         return f"{self.profile}/{rate}c{self.record[RUN.concurrency]}/r{self.record[RUN.repeat]}"
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def _read_csv(path: Path, dtype: dict | None = None) -> pd.DataFrame:
     try:
-        return pd.read_csv(path)
+        return pd.read_csv(path, dtype=dtype)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
         raise AnalysisError(f"{path}: not a readable CSV ({type(err).__name__}); move it away or delete it") from None
+
+
+# Conversation columns: a session id that looks like a number stays text ("007" is not 7), and a
+# turn is a whole number (nullable: empty on the requests of other workloads).
+TEXT_COLUMNS = {REQUEST.session_id: str}
+WHOLE_COLUMNS = (REQUEST.turn, REQUEST.trimmed_turns)
 
 
 def _read_many(files: list[Path], row_type, optional: tuple[str, ...] = ()) -> pd.DataFrame:
     """Every file of one row type, checked (``validate.check_csv``) and concatenated."""
     required = tuple(c for c in annotations(row_type) if c not in optional)
     numeric = numeric_columns(row_type)
+    text = {c: t for c, t in TEXT_COLUMNS.items() if c in annotations(row_type)}
     frames = []
     for f in files:
         if f.stat().st_size == 0:
             raise empty_csv(f)
-        frame = _read_csv(f)
+        frame = _read_csv(f, text or None)
         if not frame.empty:
-            frames.append(check_csv(frame, f, required, numeric))
+            frames.append(check_whole(check_csv(frame, f, required, numeric), f, WHOLE_COLUMNS))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -87,7 +94,19 @@ def _read_raw(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     # Columns that came later (``schema.OPTIONAL_*``): runs recorded before them are read without.
     samples = _read_many(sorted(directory.glob(f"{SAMPLES_PREFIX}*.csv")), SampleRow, OPTIONAL_SAMPLE_COLUMNS)
     requests = _read_many(sorted(directory.glob(f"{REQUESTS_PREFIX}*.csv")), RequestRow, OPTIONAL_REQUEST_COLUMNS)
-    return _with_optional(samples, OPTIONAL_SAMPLE_COLUMNS), _with_optional(requests, OPTIONAL_REQUEST_COLUMNS)
+    requests = _conversation_types(_with_optional(requests, OPTIONAL_REQUEST_COLUMNS))
+    return _with_optional(samples, OPTIONAL_SAMPLE_COLUMNS), requests
+
+
+def _conversation_types(requests: pd.DataFrame) -> pd.DataFrame:
+    """``session_id`` as text ("" when none), ``turn`` and ``trimmed_turns`` as nullable integers."""
+    if requests.empty:
+        return requests
+    session = requests[REQUEST.session_id]
+    requests[REQUEST.session_id] = session.astype(object).where(session.notna(), "").astype(str)
+    for column in WHOLE_COLUMNS:
+        requests[column] = requests[column].astype("Int64")
+    return requests
 
 
 def _read_client(directory: Path) -> pd.DataFrame:

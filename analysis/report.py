@@ -39,18 +39,25 @@ TRUST_TEXT = ("Each Locust process timed its own event loop (a 10 ms timer's lat
               "prompts did not repeat.")
 SUMMARY_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.repeats, SUMMARY.requests, SUMMARY.failures, SUMMARY.p50_ttft_ms, SUMMARY.p95_ttft_ms,
                  SUMMARY.p99_ttft_ms, SUMMARY.p50_itl_ms, SUMMARY.p95_itl_ms, SUMMARY.p99_itl_ms, SUMMARY.p95_tpot_ms, SUMMARY.output_tokens_per_s,
-                 SUMMARY.requests_per_s, SUMMARY.max_num_requests_waiting, SUMMARY.mean_kv_cache_usage, SUMMARY.preemptions]
+                 SUMMARY.requests_per_s, SUMMARY.max_num_requests_waiting, SUMMARY.mean_kv_cache_usage, SUMMARY.preemptions,
+                 SUMMARY.prefix_cache_hit_rate]
 OPEN_LOOP_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.requests_per_s,
                    pct_col(TTFT, 50), pct_col(TTFT_FROM_INTENDED, 50), pct_col(TTFT, 95), pct_col(TTFT_FROM_INTENDED, 95),
                    pct_col(E2E, 95), pct_col(E2E_FROM_INTENDED, 95), SUMMARY.p50_send_lateness_ms,
                    SUMMARY.p95_send_lateness_ms, SUMMARY.max_send_lateness_ms, SUMMARY.queued_requests,
                    SUMMARY.mean_client_queue_ms, SUMMARY.load_delivered]
-OPEN_LOOP_TEXT = ("Open loop: requests were due at the instants of a seeded arrival schedule, whether or not the "
-                  "server kept up. Latency from the intended instant counts the time a request waited to be sent "
+OPEN_LOOP_TEXT = ("Open loop: requests were due at the instants of a seeded arrival schedule (or a trace's "
+                  "timestamps), whether or not the server kept up. Latency from the intended instant counts the "
+                  "time a request waited to be sent "
                   "(coordinated omission: without it a backlog hides behind the requests that left late). Send "
                   "lateness is intended to actual send; client queue time is the part spent waiting for a free "
                   "user (the cap on requests in flight). A run whose lateness p99 exceeds the threshold did not "
                   "deliver the asked load and is not trusted.")
+TURNS_TEXT = ("Requests of conversation sessions by their turn: turns 1 to 5 each, 6+ (every turn above 5) "
+              "together, and 2+ (every turn after the first). A later turn sends its session's history again. "
+              "TTFT and ITL come from the raw samples of succeeded requests; the session columns describe the load "
+              "level (the same on each of its rows): sessions seen in the measured phase, turns each played there, "
+              "and sessions whose every request succeeded. The table is summary_by_turn.csv.")
 GOODPUT_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.slo, SUMMARY.slo_met_share,
                  SUMMARY.goodput_requests_per_s, SUMMARY.goodput_tokens_per_s, SUMMARY.requests_per_s]
 
@@ -109,6 +116,8 @@ class ReportInput:
     extra_notes: list[str] = field(default_factory=list)
     failed: pd.DataFrame | None = None  # load.failed_runs
     max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS
+    by_turn: pd.DataFrame | None = None  # turns.BY_TURN: conversation runs only
+    turn_notes: list[str] = field(default_factory=list)  # turns.turn_lines and trimmed_note
 
 
 def sections(r: ReportInput, figures: dict[str, bytes], forest) -> list[tuple[str, list]]:
@@ -131,13 +140,17 @@ def sections(r: ReportInput, figures: dict[str, bytes], forest) -> list[tuple[st
     advice = [(f"{row.profile} {level_name(row.request_rate, row.concurrency)}",
                client_lag_advice(row.client_loop_lag_p99_ms, row.client_cpu_max_pct, r.max_client_lag_ms))
               for row in late.itertuples()]
-    open_loop = summary[summary[SUMMARY.request_rate] > 0]
+    # open loop by its rows (send lateness), not by an asked rate: a trace replay asks none
+    open_loop = summary[summary[SUMMARY.p99_send_lateness_ms].notna()]
+    by_turn = r.by_turn if r.by_turn is not None else pd.DataFrame()
     failed = r.failed
     return [
         ("Verdict", [("list", verdict_lines), *picture, ("text", r.rule.text)]),
         ("Per load level", [("table", r.per_level)]),
         ("Changes against the baseline (percent, 95% interval)", [("table", r.comparison)]),
         ("Summary (percentiles from raw samples)", [("table", summary[SUMMARY_SHOWN])]),
+        *((("Conversations: TTFT by turn", [("text", TURNS_TEXT), *([("list", r.turn_notes)] if r.turn_notes else []),
+                                              ("table", by_turn)]),) if len(by_turn) else ()),
         ("Can the client's numbers be trusted?", [("text", TRUST_TEXT), *([("list", advice)] if advice else []),
                                                   ("table", summary[TRUST_SHOWN])]),
         *((("Open loop: latency from the intended send, lateness, client queue",

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from vllm_locust.core.schema import PER_RUN, SERVER
+from vllm_locust.core.schema import PER_RUN, SERVER, VLLM
 
 from .stats import counter_increase
 
@@ -64,6 +64,25 @@ def histogram_quantile(server: pd.DataFrame, name: str, q: float) -> float:
     return float("nan")
 
 
+# vLLM's prefix-cache counters (tokens queried, tokens found cached), newest names first: vLLM 0.7-0.9
+# called them ``gpu_prefix_cache_*``; its V0 engine exported only a hit-rate gauge.
+PREFIX_COUNTERS = ((VLLM.prefix_hits, VLLM.prefix_queries),
+                   ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"))
+PREFIX_GAUGE = "vllm:gpu_prefix_cache_hit_rate"
+
+
+def prefix_cache_hit_rate(server: pd.DataFrame) -> float:
+    """The share of prompt tokens the server found in its prefix cache over the window: the
+    counters' increases (hits / queries), else the mean of an older server's hit-rate gauge; NaN
+    when the server exports neither or queried nothing."""
+    for hits_name, queries_name in PREFIX_COUNTERS:
+        queries = increase(server, queries_name)
+        if queries > 0:
+            return increase(server, hits_name) / queries
+    gauge = server.loc[server[SERVER.name] == PREFIX_GAUGE, SERVER.value]  # a share: averaged, never summed
+    return float(gauge.mean()) if len(gauge) else float("nan")
+
+
 def window(server: pd.DataFrame, start_s: float, end_s: float) -> pd.DataFrame:
     """Scrapes from just before the measured window to just after it (scrapes are ~1 s apart)."""
     return server[(server["t_s"] >= start_s - 1.5) & (server["t_s"] <= end_s + 1.5)]
@@ -78,8 +97,7 @@ def run_server_stats(server: pd.DataFrame) -> dict:
     kv = series(server, "vllm:kv_cache_usage_perc")
     out[PER_RUN.mean_kv_cache_usage] = float(kv.mean()) if len(kv) else float("nan")
     out[PER_RUN.preemptions] = increase(server, "vllm:num_preemptions_total") if len(server) else float("nan")
-    hits, queries = increase(server, "vllm:prefix_cache_hits_total"), increase(server, "vllm:prefix_cache_queries_total")
-    out[PER_RUN.prefix_cache_hit_rate] = hits / queries if queries > 0 else float("nan")
+    out[PER_RUN.prefix_cache_hit_rate] = prefix_cache_hit_rate(server)
     for key, name in HISTOGRAM_MEANS.items():
         count = increase(server, name + "_count")
         out[key] = increase(server, name + "_sum") / count * 1000.0 if count > 0 else float("nan")

@@ -168,10 +168,12 @@ def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame,
         per_token_q = percentiles(per_token, (50, 95))
         row[SUMMARY.p50_itl_per_token_ms], row[SUMMARY.p95_itl_per_token_ms] = per_token_q[50], per_token_q[95]
         ok = succeeded(r)
-        tokens = ok[REQUEST.completion_tokens].sum() if len(ok) else 0
-        row[SUMMARY.chunks_per_token] = float(ok[REQUEST.content_chunks].sum() / tokens) if tokens else float("nan")
+        counted = ok[ok[REQUEST.completion_tokens].notna()] if len(ok) else ok  # chunks per token: where usage counted both
+        tokens = counted[REQUEST.completion_tokens].sum() if len(counted) else 0
+        row[SUMMARY.chunks_per_token] = float(counted[REQUEST.content_chunks].sum() / tokens) if tokens else float("nan")
         row[SUMMARY.mean_prompt_tokens] = float(ok[REQUEST.prompt_tokens].mean()) if len(ok) else float("nan")
-        row[SUMMARY.mean_output_tokens] = float(ok[REQUEST.completion_tokens].mean()) if len(ok) else float("nan")
+        # as the throughput counts them: usage's completion tokens, else the content chunks
+        row[SUMMARY.mean_output_tokens] = float(output_tokens(ok).mean()) if len(ok) else float("nan")
         row[SUMMARY.output_tokens_per_s] = float(per[PER_RUN.output_tokens_per_s].mean())
         row[SUMMARY.requests_per_s] = float(per[PER_RUN.requests_per_s].mean())
         row[SUMMARY.max_num_requests_running] = float(per[PER_RUN.max_num_requests_running].max())

@@ -59,6 +59,20 @@ def check_csv(frame: pd.DataFrame, path: Path, required: tuple[str, ...], numeri
     return frame
 
 
+def check_whole(frame: pd.DataFrame, path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``BadRunFile`` for a cell of ``columns`` (numbers already: ``check_csv``) that is not a whole
+    number (a turn of 1.5), so that reading them as integers cannot fail far downstream."""
+    for column in columns:
+        if column not in frame:
+            continue
+        values = frame[column]
+        bad = values.notna() & (values % 1 != 0)
+        if bad.any():
+            row = int(bad.to_numpy().nonzero()[0][0])
+            raise BadRunFile(path, column, f"row {row + 1} (line {row + 2}): {float(values.iloc[row]):g} is not a whole number")
+    return frame
+
+
 def empty_csv(path: Path) -> BadRunFile:
     return BadRunFile(path, "header", "empty file (0 bytes), not even the header row (a run killed before its first "
                                       "write, or a full disk?): move it away or delete it")

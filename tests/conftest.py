@@ -99,3 +99,45 @@ def recording_server():
         server.shutdown()
         server.server_close()
 
+
+def until(check, what: str, timeout_s: float = 90.0):
+    """Poll ``check`` until it returns something true; fail naming ``what`` after ``timeout_s``."""
+    import time
+
+    deadline = time.time() + timeout_s
+    while not (value := check()):
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+    return value
+
+
+@contextmanager
+def locust_web_ui(host: str, log: Path, *args: str, env: dict | None = None):
+    """Real Locust with its web UI on a free loopback port, started on the project's locustfile and
+    ready to answer; yields ``(base_url, process)``, stops it on leaving."""
+    import os
+    import subprocess
+
+    import requests as http
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with open(log, "w") as out:
+        ui = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", host,
+                               "--web-host", "127.0.0.1", "--web-port", str(port), *args],
+                              cwd=ROOT, env=dict(os.environ) if env is None else env, stdout=out,
+                              stderr=subprocess.STDOUT)
+
+    def up():
+        try:
+            return http.get(base + "/stats/requests", timeout=2).ok
+        except http.ConnectionError:
+            return False
+
+    try:
+        until(lambda: up() or ui.poll() is not None, "the web UI")
+        assert ui.poll() is None, log.read_text()[-3000:]
+        yield base, ui
+    finally:
+        ui.terminate()
+        ui.wait(timeout=60)

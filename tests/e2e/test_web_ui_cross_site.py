@@ -8,25 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import requests as http
 
-from tests.conftest import free_port, recording_server, start_fake_server
+from tests.conftest import locust_web_ui, recording_server, start_fake_server, until
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-SECRET123-cross-site"
-
-
-def until(check, what: str, timeout_s: float = 60.0):
-    deadline = time.time() + timeout_s
-    while not (value := check()):
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return value
 
 
 def test_a_cross_site_swarm_is_refused_and_the_key_stays_home(tmp_path):
@@ -34,42 +21,12 @@ def test_a_cross_site_swarm_is_refused_and_the_key_stays_home(tmp_path):
     evil_host, seen = attacker.enter_context(recording_server())
     server = start_fake_server()
     server.configure(ttft_ms=5, itl_ms=1, tokens=8, api_key=KEY)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
     log = tmp_path / "locust.log"
-    with open(log, "w") as out:
-        ui = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
-                               "--web-host", "127.0.0.1", "--web-port", str(port), "--samples-dir", str(tmp_path / "s"),
-                               "--max-tokens", "8", "--prompt-tokens", "32", "--prompt-pool", "8"],
-                              cwd=ROOT, env={**os.environ, "OPENAI_API_KEY": KEY}, stdout=out, stderr=subprocess.STDOUT)
     try:
-        def up():
-            try:
-                return http.get(base + "/stats/requests", timeout=2).ok
-            except http.ConnectionError:
-                return False
-
-        until(lambda: up() or ui.poll() is not None, "the web UI")
-        assert ui.poll() is None, log.read_text()[-3000:]
-        attack = {"user_count": "1", "spawn_rate": "1", "host": evil_host}
-        refused = [http.post(base + "/swarm", data=attack, timeout=10, headers={"Origin": "http://evil.example"}),
-                   http.post(base + "/swarm", data=attack, timeout=10, headers={"Origin": "http://evil.example"}),
-                   http.post(base + "/vllm-server/reset-prefix-cache", data="x", timeout=10,
-                             headers={"Origin": "http://evil.example", "Content-Type": "text/plain"})]
-        assert [r.status_code for r in refused] == [403, 403, 403], [r.text for r in refused]
-        read = http.get(base + "/server-metrics", headers={"Origin": "http://evil.example"}, timeout=10)
-        assert "Access-Control-Allow-Origin" not in read.headers, "another site cannot read the figures"
-
-        # The UI's own page (its Origin) still starts a run, against the host named on the command line.
-        own = http.post(base + "/swarm", data={"user_count": "1", "spawn_rate": "1", "host": server.url},
-                        headers={"Origin": base}, timeout=10)
-        assert own.status_code == 200 and own.json()["success"], own.text
-        until(server.log, "a streamed request at the real server (which answers only with the key)")
-        http.post(base + "/stop", timeout=10)  # a script: no Origin, no Referer
-        assert server.prefix_cache_resets() == 0, "the cross-site reset did not reach the server"
+        with locust_web_ui(server.url, log, "--samples-dir", str(tmp_path / "s"), "--max-tokens", "8",
+                           "--prompt-tokens", "32", "--prompt-pool", "8", env={**os.environ, "OPENAI_API_KEY": KEY}) as (base, _ui):
+            attack_and_own_run(server, evil_host, base)
     finally:
-        ui.terminate()
-        ui.wait(timeout=60)
         attacker.close()
         server.stop()
     assert seen == [], f"the attacker's server was reached: {seen}"
@@ -77,3 +34,22 @@ def test_a_cross_site_swarm_is_refused_and_the_key_stays_home(tmp_path):
     assert KEY not in text
     refusals = text.count("from 'http://evil.example' refused")
     assert refusals == 1, f"{refusals} refusals logged: once per origin\n" + text[-3000:]
+
+
+def attack_and_own_run(server, evil_host: str, base: str) -> None:
+    attack = {"user_count": "1", "spawn_rate": "1", "host": evil_host}
+    refused = [http.post(base + "/swarm", data=attack, timeout=10, headers={"Origin": "http://evil.example"}),
+               http.post(base + "/swarm", data=attack, timeout=10, headers={"Origin": "http://evil.example"}),
+               http.post(base + "/vllm-server/reset-prefix-cache", data="x", timeout=10,
+                         headers={"Origin": "http://evil.example", "Content-Type": "text/plain"})]
+    assert [r.status_code for r in refused] == [403, 403, 403], [r.text for r in refused]
+    read = http.get(base + "/server-metrics", headers={"Origin": "http://evil.example"}, timeout=10)
+    assert "Access-Control-Allow-Origin" not in read.headers, "another site cannot read the figures"
+
+    # The UI's own page (its Origin) still starts a run, against the host named on the command line.
+    own = http.post(base + "/swarm", data={"user_count": "1", "spawn_rate": "1", "host": server.url},
+                    headers={"Origin": base}, timeout=10)
+    assert own.status_code == 200 and own.json()["success"], own.text
+    until(server.log, "a streamed request at the real server (which answers only with the key)")
+    http.post(base + "/stop", timeout=10)  # a script: no Origin, no Referer
+    assert server.prefix_cache_resets() == 0, "the cross-site reset did not reach the server"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import re
 from pathlib import Path
 
@@ -186,3 +187,39 @@ def test_open_loop_against_real_vllm_with_two_processes(vllm_server, tmp_path):
     row = pd.read_csv(out / "summary.csv").iloc[0]
     assert row["request_rate"] == 4.0 and row["p95_ttft_from_intended_ms"] >= row["p95_ttft_ms"]
     assert row["slo_met_share"] > 0.9
+
+
+# -- issue 23: a conversation's later turns resend the earlier prefix: vLLM's prefix cache hits
+def prefix_cache(url: str) -> dict[str, float]:
+    """vLLM's prefix-cache counters (tokens), summed over engines."""
+    import requests as http
+
+    values: dict[str, float] = {}
+    for line in http.get(url + "/metrics", timeout=10).text.splitlines():
+        for name in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"):
+            if line.startswith(name):
+                values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return values
+
+
+def test_later_turns_hit_vllms_prefix_cache(vllm_server, tmp_path):
+    # Three conversations of three long turns: each turn's prompt spans several KV blocks.
+    chats = tmp_path / "chats.json"
+    chats.write_text(json.dumps([{"conversations": [
+        turn for t in range(3) for turn in (
+            {"from": "human", "value": f"conversation {c} turn {t}: " + " ".join(f"word{i % 50}" for i in range(300))},
+            {"from": "gpt", "value": " ".join(["fine"] * 12)})]} for c in range(3)]))
+    before = prefix_cache(vllm_server.url)
+    out = tmp_path / "conversation"
+    proc = run_locust(vllm_server.url, out, "-u", "2", "-r", "2", "-t", "15s", "--workload", "conversation",
+                      "--dataset-path", str(chats), "--think-time", "0.1", "--max-tokens", "8")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = prefix_cache(vllm_server.url)
+    requests = pd.concat([pd.read_csv(f) for f in glob.glob(str(out / "requests-*.csv"))], ignore_index=True)
+    ok = requests[requests["error"].isna()]
+    assert (ok["turn"] >= 2).sum() >= 2, ok[["session_id", "turn", "prompt_tokens"]]
+    by_turn = ok.groupby(["session_id", "turn"])["prompt_tokens"].first().unstack()
+    both = by_turn.dropna(subset=[1, 2]) if {1, 2} <= set(by_turn.columns) else by_turn.iloc[0:0]
+    assert len(both) and (both[2] > both[1]).all(), "turn 2 resends turn 1 and its reply"
+    hits = after["vllm:prefix_cache_hits_total"] - before.get("vllm:prefix_cache_hits_total", 0.0)
+    assert hits > 0, f"no prefix-cache hit in a conversation run: {before} -> {after}"

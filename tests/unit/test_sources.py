@@ -37,7 +37,8 @@ def tiny_source():
 
 
 def test_the_built_in_sources_are_registered_in_order():
-    assert sources.NAMES == ["fixed", "mixed", "shared-prefix"], "the --workload choices, in their order"
+    assert sources.NAMES == ["fixed", "mixed", "shared-prefix", "sharegpt", "custom", "trace", "conversation"], \
+        "the --workload choices, in their order"
     assert list(sources.SOURCES) == sources.NAMES
 
 
@@ -52,7 +53,7 @@ def test_the_workload_option_comes_from_the_registry(tiny_source):
 
 
 def test_an_unknown_or_doubled_name_is_one_line():
-    with pytest.raises(ValueError, match=r"--workload 'bursty': choose one of fixed, mixed, shared-prefix$"):
+    with pytest.raises(ValueError, match=r"--workload 'bursty': choose one of fixed, mixed, shared-prefix, sharegpt, custom, trace, conversation$"):
         WorkloadSpec(name="bursty")
     with pytest.raises(ValueError, match="registered twice"):
         register("fixed")(type("Again", (Source,), {}))

@@ -184,7 +184,7 @@ def test_the_swarm_form_fits_the_body_limit(web):
     """Locust's start form with every suite option filled in is far below the app's limit."""
     env, _plugin, client, server = web
     form = {"user_count": 1, "spawn_rate": 1, "host": server.url,
-            **{k: str(v) for k, v in vars(defaults()).items() if k != "api_key"}}
+            **{k: "" if v is None else str(v) for k, v in vars(defaults()).items() if k != "api_key"}}
     answer = client.post("/swarm", headers={"Origin": OWN}, data=form)
     assert answer.status_code == 200 and answer.get_json()["success"], answer.data[:300]
     client.post("/stop", headers={"Origin": OWN})

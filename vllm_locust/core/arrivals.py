@@ -10,6 +10,10 @@ ramp from ``rate0`` to ``rate1`` uses the same gaps in *operational time* (``Lam
 expected number of arrivals by ``t``), mapped back to real time by inverting ``Lambda``: the
 standard time-rescaling of a renewal process.
 
+A trace (``--workload trace``) brings its own send times instead: ``trace_offsets`` divides them
+by the replay speed and slices them over the processes the same way (arrival ``k`` to process
+``k % count``).
+
 Stdlib only and no gevent: the schedule is arithmetic, ``Pacer`` (``pacer.py``) hands it to users.
 """
 
@@ -92,6 +96,29 @@ def offsets(segment: Segment, seed: int, burstiness: float, index: int = 0, coun
         expected += gap
         if k % count == index:
             yield k, segment.time_of(expected)
+
+
+def trace_offsets(times, speed: float = 1.0, index: int = 0, count: int = 1):
+    """Seconds after the replay's start of this process's share of a trace (``k % count == index``):
+    ``(k, times[k] / speed)`` pairs in the trace's order, ``times`` its send times in seconds from
+    its start (ascending). Checked whole before the first pair: a bad trace is refused, not half sent."""
+    check_trace_speed(speed)
+    if not 0 <= index < count:
+        raise ValueError(f"process slice {index} of {count}")
+    times = list(times)
+    for k, t in enumerate(times):
+        if t is None or not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0):
+            raise ValueError(f"trace request {k}: no send time (got {t!r}); a trace's requests each carry one")
+        if k and t < times[k - 1]:
+            raise ValueError(f"trace request {k}: sent at {t:g} s, before request {k - 1} ({times[k - 1]:g} s); "
+                             "a trace's requests come in the order they are sent")
+    return iter([(k, times[k] / speed) for k in range(index, len(times), count)])
+
+
+def check_trace_speed(speed: float) -> None:
+    if not (isinstance(speed, (int, float)) and speed > 0 and math.isfinite(speed)):
+        shown = f"{speed:g}" if isinstance(speed, (int, float)) else repr(speed)
+        raise ValueError(f"--trace-speed {shown}: must be a positive number (2: twice as fast, 0.5: half as fast)")
 
 
 def check_burstiness(burstiness: float) -> None:

@@ -87,6 +87,9 @@ class RequestRecord:
     queue_ms: float | None = None  # open loop: the part of its lateness spent waiting for a free user
     target: str = ""  # paired mode: "a" or "b"
     pair_id: str = ""
+    session_id: str = ""  # conversations: its session and turn (from 1), and earlier turns trimmed away
+    turn: int | None = None
+    trimmed_turns: int | None = None
 
     @property
     def outcome(self) -> Outcome:
@@ -122,7 +125,8 @@ class RequestRecord:
             prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
             content_chunks=self.content_chunks, finish_reason=self.finish_reason, error=self.error,
             phase=labels.phase, concurrency=labels.concurrency, step=labels.step,
-            target=self.target, pair_id=self.pair_id, kind=self.outcome.value, **open_loop)
+            target=self.target, pair_id=self.pair_id, kind=self.outcome.value, session_id=self.session_id,
+            turn=self.turn, trimmed_turns=self.trimmed_turns, **open_loop)
 
     def sample_values(self) -> list[tuple]:
         """The samples as ``SampleRow`` field tuples (``SAMPLE_ORDER``), rounded as written: no

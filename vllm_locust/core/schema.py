@@ -153,11 +153,15 @@ class RequestRow:
     target: str = ""  # paired mode (--paired-host): "a" (--host) or "b" (the paired host); empty otherwise
     pair_id: str = ""  # paired mode: the same for both targets' copies of one request
     kind: str = ""  # how it ended (``outcome.Outcome``): ok, interrupted or the failure's kind
+    session_id: str = ""  # conversations: the session (one conversation played by one user); empty otherwise
+    turn: int | None = None  # conversations: the turn's number in its session, from 1
+    trimmed_turns: int | None = None  # conversations: earlier turns left out of the history to fit the context
 
 
 # Columns a run recorded before they existed is read without (the analysis fills them empty).
 OPTIONAL_SAMPLE_COLUMNS = ("tokens", "request_rate")
-OPTIONAL_REQUEST_COLUMNS = ("intended_at_s", "lateness_ms", "queue_ms", "request_rate", "target", "pair_id", "kind")
+OPTIONAL_REQUEST_COLUMNS = ("intended_at_s", "lateness_ms", "queue_ms", "request_rate", "target", "pair_id", "kind",
+                            "session_id", "turn", "trimmed_turns")
 
 SAMPLE = Columns(*names_of(SampleRow))
 CLIENT = Columns(*names_of(ClientRow))

@@ -46,6 +46,9 @@ class StreamResult:
     completion_tokens: int | None = None
     chunks: int = 0
     done: bool = False  # the server sent [DONE]
+    # The reply's text pieces, collected only when the caller sets a list (a conversation sends
+    # the reply back in its next turn): other workloads pay nothing for it.
+    text: list[str] | None = None
 
     @property
     def content_chunks(self) -> int:
@@ -94,6 +97,14 @@ def choice_text(choice: dict) -> str:
     return choice.get("text") or ""
 
 
+def reply_text(choice: dict) -> str:
+    """The answer a choice carries (chat ``delta.content`` or completions ``text``; never reasoning,
+    which a chat application does not send back)."""
+    delta = choice.get("delta")
+    piece = (delta.get("content") if isinstance(delta, dict) else "") if delta is not None else choice.get("text")
+    return piece if isinstance(piece, str) else ""
+
+
 def server_error_text(error) -> str:
     if isinstance(error, dict):
         return str(error.get("message") or error)
@@ -130,6 +141,7 @@ def consume(
 
 def _consume(payloads, on_content, result: StreamResult, most: int | None) -> None:
     counted = 0  # completion tokens already attributed to content chunks
+    text = result.text
     for now, payload in payloads:
         if payload == DONE or result.done:
             # Read on to the end of the body rather than break: a response closed before its last
@@ -164,6 +176,8 @@ def _consume(payloads, on_content, result: StreamResult, most: int | None) -> No
                     tokens, counted = running - counted, running
                 result.content_times_s.append(now)
                 result.content_tokens.append(tokens)
+                if text is not None:
+                    text.append(reply_text(choice))
                 if most is not None and max(len(result.content_times_s), counted) > most:
                     by_usage = f", {counted} tokens by its usage count" if running is not None else ""
                     raise StreamError(f"server sent more than max_tokens={most - TOKEN_SLACK} tokens "

@@ -37,8 +37,10 @@ from .tokens import TokenCounter
 __all__ = ["CACHE_VERSION", "Prompt", "PromptLengthError", "Workload", "WorkloadSpec", "build_prompts",
            "build_workload", "cache_path", "load_or_build"]
 
-# 3: each prompt carries its own max_tokens, send time, session id and turn.
-CACHE_VERSION = 3
+# 3: each prompt carries its own max_tokens, send time, session id and turn; 4: trimmed turns,
+# and a dataset file's size and modification time are part of the key.
+CACHE_VERSION = 4
+DEFAULT_MAX_TOKENS = 128  # --max-tokens when not given (the seed's 128 out)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,10 @@ class WorkloadSpec:
     endpoint: str = "chat"
     prompt_form: str = MESSAGES  # what the endpoint takes: chat messages or plain text (its registry says)
     unique: bool = True
+    max_tokens_set: bool = True  # --max-tokens was given: it overrides a dataset's or trace's own lengths
+    dataset_path: str = ""  # sharegpt, custom, trace, conversation: the file (--dataset-path)
+    trace_block_tokens: int = 512  # trace: tokens per hash_id block
+    max_turns: int = 0  # conversation: turns played per conversation at most; 0: all
 
     def __post_init__(self):
         sources.source(self.name)  # an unknown name is one line naming the registered ones
@@ -63,15 +69,20 @@ class WorkloadSpec:
             raise ValueError(f"prompt form {self.prompt_form!r}: one of {', '.join(PROMPT_FORMS)}")
         if self.prompt_tokens < 1 or self.max_tokens < 1 or self.pool < 1:
             raise ValueError("--prompt-tokens, --max-tokens and --prompt-pool must be at least 1")
+        if self.trace_block_tokens < 1 or self.max_turns < 0:
+            raise ValueError("--trace-block-tokens must be at least 1 and --max-turns at least 0")
 
     @classmethod
     def from_options(cls, options, prompt_form: str = MESSAGES) -> "WorkloadSpec":
         """The workload a run's options describe (parsed flags, or the web UI's strings); the
         endpoint's ``prompt_form`` comes from the endpoint registry, which the core cannot import."""
+        max_tokens = getattr(options, "max_tokens", None)
+        max_tokens_set = max_tokens not in (None, "")  # the web UI sends an empty field as ""
         return cls(
             name=options.workload,
             prompt_tokens=int(options.prompt_tokens),
-            max_tokens=int(options.max_tokens),
+            max_tokens=int(max_tokens) if max_tokens_set else DEFAULT_MAX_TOKENS,
+            max_tokens_set=max_tokens_set,
             long_prompt_tokens=int(options.long_prompt_tokens),
             long_fraction=float(options.long_fraction),
             prefix_tokens=int(options.prefix_tokens),
@@ -80,6 +91,9 @@ class WorkloadSpec:
             endpoint=options.endpoint,
             prompt_form=prompt_form,
             unique=not _on(getattr(options, "no_unique_prompts", False)),
+            dataset_path=str(getattr(options, "dataset_path", "") or ""),
+            trace_block_tokens=int(getattr(options, "trace_block_tokens", 512) or 512),
+            max_turns=int(getattr(options, "max_turns", 0) or 0),
         )
 
 
@@ -98,8 +112,20 @@ def build_prompts(spec: WorkloadSpec, counter: TokenCounter) -> list[Prompt]:
     return build_workload(spec, counter).prompts
 
 
+def dataset_stamp(path: str) -> list:
+    """A dataset file's size and modification time: an edited file is built again."""
+    if not path:
+        return []
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []  # the source names the missing file when it builds
+    return [st.st_size, st.st_mtime_ns]
+
+
 def cache_path(cache_dir: str | Path, spec: WorkloadSpec, fingerprint: str) -> Path:
-    key = json.dumps({"spec": asdict(spec), "tokenizer": fingerprint, "v": CACHE_VERSION}, sort_keys=True)
+    key = json.dumps({"spec": asdict(spec), "tokenizer": fingerprint, "v": CACHE_VERSION,
+                      "dataset": dataset_stamp(spec.dataset_path)}, sort_keys=True)
     return Path(cache_dir) / f"prompts-{spec.name}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.json"
 
 
@@ -109,19 +135,22 @@ _PROMPT_FIELDS = frozenset(f.name for f in fields(Prompt))
 def _prompt(row: dict) -> Prompt:
     """A cached prompt back as its record (JSON turned its tuples into lists)."""
     kept = {k: v for k, v in row.items() if k in _PROMPT_FIELDS}
-    return Prompt(**{**kept, "messages": tuple(map(tuple, kept.get("messages", ())))})
+    return Prompt(**{**kept, "messages": tuple(map(tuple, kept.get("messages", ()))),
+                     "reply_tokens": tuple(kept.get("reply_tokens", ()))})
 
 
 def load_or_build(spec: WorkloadSpec, counter: TokenCounter, cache_dir: str | Path | None) -> Workload:
     """The workload from the disk cache, or built and then cached (written atomically: workers race)."""
-    path = cache_path(cache_dir, spec, counter.fingerprint) if cache_dir else None
+    cacheable = sources.source(spec.name).cacheable  # a source that builds in moments is not cached
+    path = cache_path(cache_dir, spec, counter.fingerprint) if cache_dir and cacheable else None
     if path is not None and path.exists():
         data = json.loads(path.read_text())
-        return Workload([_prompt(r) for r in data["prompts"]], tuple(data["atoms"]))
+        return Workload([_prompt(r) for r in data["prompts"]], tuple(data["atoms"]), data.get("note", ""))
     workload = build_workload(spec, counter)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"atoms": list(workload.atoms), "prompts": [asdict(p) for p in workload.prompts]}))
+        tmp.write_text(json.dumps({"atoms": list(workload.atoms), "note": workload.note,
+                                  "prompts": [asdict(p) for p in workload.prompts]}))
         os.replace(tmp, path)
     return workload

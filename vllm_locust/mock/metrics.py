@@ -4,7 +4,8 @@ So that the web UI's "vLLM server" tab and the analysis have a server side to re
 requests running (streaming) and waiting (for a ``max_streams`` slot), KV-cache usage (the
 running streams' tokens over a fixed capacity), prompt and generation token counters, the TTFT and
 ITL histograms' sums and counts, and a prefix cache that hits on a prompt it has seen since its last
-reset (``POST /reset_prefix_cache``), so a reset shows as a drop in the hit rate.
+reset (``POST /reset_prefix_cache``), or on the leading blocks of a prompt it has seen a prefix of
+(a conversation's later turns), so a reset shows as a drop in the hit rate.
 """
 
 from __future__ import annotations
@@ -28,14 +29,24 @@ class MockMetrics:
         self.prefix_resets = 0
         self.seen: set[str] = set()
 
-    def arrived(self, prompt_digest: str, prompt_tokens: int) -> None:
+    def arrived(self, prompt_digest: str, prompt_tokens: int, blocks: list[str] = (), block_tokens: int = 16) -> None:
+        """A prompt seen whole since the last reset hits in full; otherwise its leading ``blocks``
+        (chained digests of ``block_tokens``) that were seen before hit, as a paged prefix cache's do."""
         with self.lock:
             self.waiting += 1
             self.prompt_tokens += prompt_tokens
             self.prefix_queries += prompt_tokens
             if prompt_digest in self.seen:
                 self.prefix_hits += prompt_tokens
+            else:
+                leading = 0
+                for digest in blocks:
+                    if digest not in self.seen:
+                        break
+                    leading += 1
+                self.prefix_hits += min(prompt_tokens, leading * block_tokens)
             self.seen.add(prompt_digest)
+            self.seen.update(blocks)
 
     def started(self, tokens: int) -> None:
         with self.lock:

@@ -30,7 +30,10 @@ is ``hostile_bytes`` of zeros, gzip-compressed), ``huge-headers`` (``hostile_byt
 headers), ``no-finish`` (``hostile_chunks`` content chunks whatever ``max_tokens`` said, none with
 a finish reason), ``bad-chunk-size`` (an invalid chunk size in the same write as the headers),
 ``drip`` (one byte of an event that never ends every ``drip_ms``). ``max_model_len`` (0: not
-listed) is listed in ``GET /v1/models`` as vLLM lists it. Every request's ``Accept-Encoding`` is
+listed) is listed in ``GET /v1/models`` as vLLM lists it. The recording server: ``log_bodies``
+(``--log-bodies``) logs each request's ``messages`` or ``prompt``, ``max_tokens`` and the text it
+replied (``body``, ``reply``); ``distinct_replies`` makes each reply's words carry the request's
+number, so a client that sends a conversation's history can be checked to send the server's own replies. Every request's ``Accept-Encoding`` is
 logged (``GET /_log``: ``accept_encoding``), and so are a streamed request's own ``X-`` headers
 (``headers``: the SDK's ``X-Stainless-*`` left out; never ``Authorization``).
 
@@ -44,6 +47,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
+import itertools
 import json
 import subprocess
 import sys
@@ -58,7 +62,8 @@ from .metrics import MockMetrics
 
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
           "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
-          "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0}
+          "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0,
+          "log_bodies": False, "distinct_replies": False}
 HOSTILE_MODES = ("huge-event", "gzip", "gzip-always", "gzip-bomb-models", "huge-headers", "no-finish", "bad-chunk-size",
                  "drip")
 ENCODINGS: list[str] = []  # Accept-Encoding of every request since the last /_config
@@ -67,6 +72,8 @@ _BOMBS: dict[int, bytes] = {}
 METRICS = MockMetrics()
 _SLOTS: dict = {"n": 0, "semaphore": None}
 _SLOTS_LOCK = threading.Lock()
+SERIALS = itertools.count(1)
+PREFIX_BLOCK_WORDS = 16  # the mock prefix cache's block, in words (its tokens)
 
 
 def stream_slots(n: int):
@@ -95,6 +102,24 @@ def tokenize_count(body: dict) -> int:
         n = sum(count_words(m.get("content", "")) + per for m in body["messages"])
         return n + (1 if body.get("add_generation_prompt") else 0)
     return count_words(body.get("prompt", ""))
+
+
+def prompt_blocks(body: dict) -> list[str]:
+    """Chained digests of the prompt's words in blocks of ``PREFIX_BLOCK_WORDS`` (roles included), as
+    a paged prefix cache hashes full blocks: two prompts share the leading blocks of their common prefix."""
+    if "messages" in body:
+        words = []
+        for m in body["messages"] or []:
+            content = m.get("content", "") if isinstance(m, dict) else ""
+            text = " ".join(p.get("text", "") for p in content if isinstance(p, dict)) if isinstance(content, list) else str(content or "")
+            words += [f"<{m.get('role', '') if isinstance(m, dict) else ''}>", *text.split()]
+    else:
+        words = str(body.get("prompt", "") or "").split()
+    digests, h = [], hashlib.sha1()
+    for start in range(0, len(words) - PREFIX_BLOCK_WORDS + 1, PREFIX_BLOCK_WORDS):
+        h.update(" ".join(words[start:start + PREFIX_BLOCK_WORDS]).encode() + b"\0")
+        digests.append(h.copy().hexdigest())
+    return digests
 
 
 def extra_headers(headers) -> dict:
@@ -280,6 +305,8 @@ class Handler(BaseHTTPRequestHandler):
         per_chunk = max(1, int(cfg.get("tokens_per_chunk") or 1))
         continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
         prompt = json.dumps(body.get("messages") or body.get("prompt"), sort_keys=True).encode()
+        serial = next(SERIALS)  # this server's request number: distinct replies carry it
+        distinct = bool(cfg.get("distinct_replies"))
         prompt_tokens = tokenize_count({k: v for k, v in body.items() if k in ("messages", "prompt")} | {"add_generation_prompt": True})
         hostile = cfg.get("hostile") or ""
         self._gzip = None
@@ -312,10 +339,13 @@ class Handler(BaseHTTPRequestHandler):
         record = {"recv": recv, "sends": [], "role": None, "prompt_sha1": hashlib.sha1(prompt).hexdigest(),
                   "client_port": self.client_address[1], "accept_encoding": self.headers.get("Accept-Encoding", ""),
                   "headers": extra_headers(self.headers)}
+        if cfg.get("log_bodies"):  # the recording server: what was asked, and what it answered
+            record["body"] = {k: body.get(k) for k in ("messages", "prompt", "max_tokens", "ignore_eos") if k in body}
+            record["reply"] = ""
         epoch = EPOCH[0]
         chunks = -(-tokens // per_chunk)
         slots = stream_slots(int(cfg.get("max_streams") or 0))
-        METRICS.arrived(record["prompt_sha1"], prompt_tokens)
+        METRICS.arrived(record["prompt_sha1"], prompt_tokens, prompt_blocks(body))
         if slots is not None:
             slots.acquire()  # a saturated server: the request waits for a free stream, then is served
             recv = time.perf_counter()
@@ -345,7 +375,9 @@ class Handler(BaseHTTPRequestHandler):
                     break
                 finish = "length" if i == chunks - 1 and hostile != "no-finish" else None
                 done = min(tokens, (i + 1) * per_chunk)
-                text = "".join(f" t{j}" for j in range(i * per_chunk, done))
+                text = "".join(f" r{serial}t{j}" if distinct else f" t{j}" for j in range(i * per_chunk, done))
+                if "reply" in record:
+                    record["reply"] += text
                 if i == 0 and hostile == "huge-event":
                     text = "x" * int(cfg["hostile_bytes"])
                 sent = self._chunk(with_usage({"id": "c", "object": kind, "choices": [choice(text, finish)]}, done))
@@ -394,7 +426,8 @@ def serve(port: int = 0, reuse_port: bool = False, **config) -> Server:
 
 DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
                   "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
-                  "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0}
+                  "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0,
+                  "log_bodies": False, "distinct_replies": False}
 
 
 class MockServer:
@@ -466,10 +499,12 @@ def main() -> None:
                         help="attack the client this way (see the module's docstring); default: none")
     parser.add_argument("--hostile-bytes", type=int, default=4 << 20, help="size of the hostile mode's event, headers or bomb")
     parser.add_argument("--max-model-len", type=int, default=0, help="list this max_model_len in /v1/models (0: none)")
+    parser.add_argument("--log-bodies", action="store_true", help="log each request's messages or prompt, max_tokens and reply (GET /_log)")
+    parser.add_argument("--distinct-replies", action="store_true", help="each reply's words carry the request's number (r<n>t<i>)")
     args = parser.parse_args()
     server = serve(args.port, args.reuse_port, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens,
                    model=args.model, hostile=args.hostile, hostile_bytes=args.hostile_bytes,
-                   max_model_len=args.max_model_len)
+                   max_model_len=args.max_model_len, log_bodies=args.log_bodies, distinct_replies=args.distinct_replies)
     print(f"PORT {server.server_address[1]}", flush=True)
     try:
         server.serve_forever(poll_interval=0.05)

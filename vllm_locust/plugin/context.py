@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from ..backend.client import require_host, resolve_model, serves_continuous_usage
+from ..backend.modelfit import model_max_len
 from .options import as_bool, workload_spec
 from ..backend.tokencount import LocalTokenCounter, WordCounter, server_counter_or_none
 from ..core.sources import Prompt, Workload
@@ -34,15 +35,21 @@ class LoadContext:
     key: tuple
     continuous_usage: bool = False
     worker_index: int = 0
+    max_model_len: int | None = None  # the server's context length (GET /v1/models), when it lists one
     _sequence: itertools.count = field(default_factory=itertools.count, repr=False)
 
     @property
     def prompts(self) -> list[Prompt]:
         return self.workload.prompts
 
-    def next_request(self, run_id: str = "") -> tuple[Prompt, object]:
+    def next_request(self, run_id: str = "", arrival=None) -> tuple[Prompt, object]:
         """The next pool entry and its rendering for one request (tagged: unique in the run). The entry
-        is the request's record of its source: its own output length (``max_tokens``) among others."""
+        is the request's record of its source: its own output length (``max_tokens``) among others.
+        A timed source (a trace: entries with ``send_at_s``) sends entry ``k`` for the schedule's
+        arrival ``k``, as it is, untagged: its hash ids decide what it shares."""
+        if arrival is not None and self.prompts and self.prompts[0].send_at_s is not None:
+            prompt = self.prompts[arrival.k % len(self.prompts)]
+            return prompt, prompt.render("")
         n = next(self._sequence)
         prompt = self.prompts[n % len(self.prompts)]
         if not self.workload.atoms:
@@ -75,4 +82,5 @@ def build_context(environment) -> LoadContext:
         continuous = serves_continuous_usage(host, o.api_key)
     index = getattr(environment.runner, "worker_index", 0) or 0
     return LoadContext(host, model, spec, workload, not as_bool(o.no_ignore_eos), counter.exact,
-                       context_key(environment), continuous_usage=continuous, worker_index=int(index))
+                       context_key(environment), continuous_usage=continuous, worker_index=int(index),
+                       max_model_len=model_max_len(host, model, o.api_key))

@@ -62,8 +62,24 @@ OPTIONS = [
                         help=sources.describe())),
     ("--prompt-tokens", dict(type=int, default=512, env_var="LOCUST_PROMPT_TOKENS",
                              help="Exact prompt length in tokens (short prompts in mixed; the unique part in shared-prefix)")),
-    ("--max-tokens", dict(type=int, default=128, env_var="LOCUST_MAX_TOKENS",
-                          help="Output tokens per request (max_tokens, with ignore_eos)")),
+    # No default in the parser: a dataset's or trace's rows keep their own output lengths unless
+    # --max-tokens is given (WorkloadSpec.max_tokens_set); the synthetic sources use 128.
+    ("--max-tokens", dict(type=int, default=None, env_var="LOCUST_MAX_TOKENS",
+                          help="Output tokens per request (max_tokens, with ignore_eos); default 128, or each "
+                               "dataset or trace row's own length")),
+    ("--dataset-path", dict(default="", env_var="LOCUST_DATASET_PATH",
+                            help="sharegpt, conversation: ShareGPT JSON; custom: JSONL; trace: Mooncake JSONL or "
+                                 "BurstGPT CSV (the same path on every worker)")),
+    ("--trace-speed", dict(type=float, default=1.0, env_var="LOCUST_TRACE_SPEED",
+                           help="trace: replay speed (2: twice as fast, arrivals at half the trace's times)")),
+    ("--trace-block-tokens", dict(type=int, default=512, env_var="LOCUST_TRACE_BLOCK_TOKENS",
+                                  help="trace: tokens per hash_id block (512 in the published Mooncake traces)")),
+    ("--think-time", dict(type=float, default=0.0, env_var="LOCUST_THINK_TIME",
+                          help="conversation: seconds a session waits after a reply before its next turn")),
+    ("--think-time-dist", dict(default="constant", choices=["constant", "exponential"], env_var="LOCUST_THINK_TIME_DIST",
+                               help="conversation: think time exactly --think-time, or exponential with that mean")),
+    ("--max-turns", dict(type=int, default=0, env_var="LOCUST_MAX_TURNS",
+                         help="conversation: play at most this many turns of each conversation; 0: all")),
     ("--long-prompt-tokens", dict(type=int, default=2048, env_var="LOCUST_LONG_PROMPT_TOKENS",
                                   help="mixed: length of the long prompts")),
     ("--long-fraction", dict(type=float, default=0.1, env_var="LOCUST_LONG_FRACTION",

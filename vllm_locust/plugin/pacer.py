@@ -9,13 +9,19 @@ waits for one to free: that wait is the request's *client queue time* (vLLM's ``
 calls it the same); the rest of its lateness is the client's own (timer wake-up, building the
 request). Its latency is still measured from the intended instant as well as from the actual send (``RequestRow.lateness_ms``), so a backlog cannot hide
 behind the requests that were never sent on time (coordinated omission).
+
+A trace's schedule (``set_trace``) ends: once its last arrival is handed out and every user that
+took one of its arrivals is free again (back in ``claim``: its request is over), the pacer calls
+``on_done`` once, with the number handed out.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
+from gevent import getcurrent
 from gevent.event import Event
 
 from ..core.arrivals import Segment, offsets
@@ -29,39 +35,73 @@ class Arrival:
 
 
 class Pacer:
-    """One per process. ``set_segment`` (from the run state) replaces the schedule; ``claim`` blocks
-    until this process's next arrival is due, or until a schedule exists."""
+    """One per process. ``set_segment`` or ``set_trace`` (from the run state) replaces the schedule;
+    ``claim`` blocks until this process's next arrival is due, or until a schedule exists."""
 
     def __init__(self):
-        self.segment: Segment | None = None
+        self.schedule = None  # what is followed: a Segment, a trace's key, or None
+        self._epoch_s = 0.0
         self._epoch_perf_s = 0.0
-        self._arrivals = iter(())
+        self._arrivals: Iterator = iter(())
         self._generation = 0
         self._changed = Event()
         self._turn_held = False
         self._waiting: list[Event] = []  # free users waiting for the turn, most recently freed last
+        self._on_done: Callable[[int], None] | None = None  # a finite schedule: said once when over
+        self._exhausted = False  # every arrival of the finite schedule is handed out
+        self._handed = 0
+        self._busy: set = set()  # users holding an arrival of the finite schedule, request not over
 
     def set_segment(self, segment: Segment | None, seed: int = 0, burstiness: float = 1.0,
                     index: int = 0, count: int = 1) -> None:
         """Follow ``segment`` from now on; arrivals claimed under the old one and not yet due are dropped."""
-        if segment == self.segment:
+        if segment == self.schedule:
             return
-        self.segment = segment
+        self._follow(segment, segment.epoch_s if segment else 0.0,
+                     offsets(segment, seed, burstiness, index, count) if segment else iter(()))
+
+    def set_trace(self, key, epoch_s: float, arrivals: Iterator[tuple[int, float]],
+                  on_done: Callable[[int], None]) -> None:
+        """Follow a finite schedule named ``key``: ``(k, offset_s)`` pairs after ``epoch_s`` (unix
+        seconds). ``on_done(handed)`` once when all are handed out and their requests are over."""
+        if key == self.schedule:
+            return
+        self._follow(key, epoch_s, arrivals, on_done)
+
+    def _follow(self, schedule, epoch_s: float, arrivals: Iterator, on_done=None) -> None:
+        self.schedule = schedule
+        self._epoch_s = epoch_s
         # The deciding process's epoch in this process's perf_counter (same host: same wall clock).
-        self._epoch_perf_s = time.perf_counter() - (time.time() - segment.epoch_s) if segment else 0.0
-        self._arrivals = offsets(segment, seed, burstiness, index, count) if segment else iter(())
+        self._epoch_perf_s = time.perf_counter() - (time.time() - epoch_s) if schedule is not None else 0.0
+        self._arrivals = arrivals
+        self._on_done, self._exhausted, self._handed, self._busy = on_done, False, 0, set()
         self._generation += 1
         changed, self._changed = self._changed, Event()
         changed.set()
 
     def claim(self) -> Arrival:
         """The next arrival of this process, returned at its intended instant (or at once when late)."""
+        me = getcurrent()
+        self._busy.discard(me)  # this user's request, if it had one, is over
+        self._check_done()
         free_s = time.perf_counter()  # this user is free from now: a wait before this is queue time
         self._take_turn()
         try:
-            return self._next(free_s)
+            arrival = self._next(free_s)
+            if self._on_done is not None:
+                self._busy.add(me)
+                self._handed += 1
+            return arrival
         finally:
             self._pass_turn()
+
+    def _check_done(self) -> None:
+        if not self._exhausted or self._on_done is None:
+            return
+        self._busy = {user for user in self._busy if not user.dead}  # a killed user's request is over too
+        if not self._busy:
+            on_done, self._on_done = self._on_done, None
+            on_done(self._handed)
 
     def _take_turn(self) -> None:
         if not self._turn_held:
@@ -86,9 +126,12 @@ class Pacer:
 
     def _next(self, free_s: float) -> Arrival:
         while True:
-            generation, segment = self._generation, self.segment
-            item = next(self._arrivals, None) if segment is not None else None
-            if item is None:  # no schedule yet: wait for one
+            generation, schedule = self._generation, self.schedule
+            item = next(self._arrivals, None) if schedule is not None else None
+            if item is None:  # no schedule yet (wait for one), or a finite one is over (wait for the next)
+                if schedule is not None and self._on_done is not None and not self._exhausted:
+                    self._exhausted = True
+                    self._check_done()
                 self._changed.wait()
                 continue
             k, offset_s = item
@@ -98,5 +141,5 @@ class Pacer:
                 # sleep until the instant, woken early (and the arrival void) if the schedule changes
                 if self._changed.wait(intended - now) or self._generation != generation:
                     continue
-            return Arrival(k=k, intended_perf_s=intended, intended_at_s=segment.epoch_s + offset_s,
+            return Arrival(k=k, intended_perf_s=intended, intended_at_s=self._epoch_s + offset_s,
                            queue_ms=max(0.0, (free_s - intended) * 1000.0))

@@ -16,6 +16,8 @@ from ..backend.client import ServerCheckError, require_host, resolve_model
 from .context import build_context
 from ..backend.modelfit import fits_model
 from .options import add_options
+from .workload import prompt_lengths
+from ..core.sources import source
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ServerCheckError, ValueError, OSError) as err:
         print(f"prepare: {err}", file=sys.stderr)
         return 2
-    lengths = sorted({p.prompt_tokens for p in ctx.prompts})
-    print(f"prepare: {len(ctx.prompts)} {ctx.spec.name} prompts of {lengths} tokens for {ctx.model} cached")
+    done = "cached" if source(ctx.spec.name).cacheable and options.prompt_cache_dir else "built (nothing to cache: it builds in moments)"
+    print(f"prepare: {len(ctx.prompts)} {ctx.spec.name} prompts of {prompt_lengths(ctx.prompts)} tokens for {ctx.model} {done}")
     return 0
 
 

@@ -14,6 +14,7 @@ from locust import LoadTestShape
 
 from ..core.arrivals import parse_rates
 from .options import as_bool, parse_steps
+from .tracereplay import is_trace
 from .vllm_plugin import VllmPlugin
 from ..core.schema import MEASURED, WARMUP
 
@@ -29,6 +30,8 @@ def wants_steps(options) -> bool:
     as the sweep runs each rate). One rate with ``-u`` or ``-t`` is no step sequence: ``-u`` is
     the cap on requests in flight and ``-t`` the run time, as in the web form (seen: ``-u 20
     -t 15s`` ran 91.8 s at 256 users)."""
+    if is_trace(options):
+        return False  # a trace sets its own arrival times (--steps or a rate with it: one line at start)
     if str(getattr(options, "steps", "") or "").strip():
         return True
     rates = _rate_count(getattr(options, "request_rate", ""))

@@ -31,6 +31,7 @@ from . import attach
 from .completion import FailureKinds
 from .context import LoadContext
 from .pacer import Arrival
+from .sessions import dealer, plays_sessions, session_option_errors
 from .vllm_plugin import VllmPlugin
 
 attach.register()  # importing the user class is all a locustfile needs: the suite attaches itself, once
@@ -70,6 +71,8 @@ class ChatStreamUser(User):
         self.first_sent = False  # spawn-to-first-send is recorded once per user
         self.refusals = 0  # consecutive refused connections: the backoff's exponent
         self.paired: tuple | None = None  # paired mode: (client settings, client, its own WireClock)
+        self.sessions_of: LoadContext | None = None  # the context whose source was last asked ...
+        self.sessions = False  # ... whether it plays conversations (checked once per context)
 
     def _client_for(self, ctx: LoadContext):
         """This user's client, rebuilt when the host, key or timeouts change (web UI runs)."""
@@ -92,38 +95,84 @@ class ChatStreamUser(User):
             ctx = plugin.workload.context()
             api = endpoint(ctx.spec.endpoint)
             client = self._client_for(ctx)
+            if ctx is not self.sessions_of:  # once per context, not per request
+                self.sessions_of, self.sessions = ctx, plays_sessions(ctx.spec.name)
             paired_host = getattr(self.environment.parsed_options, "paired_host", "") or ""
-            paired = self._paired_for(ctx, paired_host) if paired_host else None
+            paired = self._paired_for(ctx, paired_host) if paired_host and not self.sessions else None
         except (ServerCheckError, ValueError, OSError) as err:
             plugin.workload.failed(err)
             raise StopUser() from None
+        if self.sessions:
+            return self.play_session(ctx, api, client)
         # Open loop: wait for this process's next arrival (at once when it is already due).
         arrival = plugin.open_loop.claim()
-        state = plugin.run.state
-        # Labels come from the state in force when the request is sent, not when it ends.
-        labels = Labels(state.run_id or self.environment.parsed_options.run_id or "run", state.phase, state.concurrency,
-                        state.step, state.request_rate if arrival is not None else None)
-        prompt, rendered = ctx.next_request(labels.run_id)
-        max_tokens = getattr(prompt, "max_tokens", None) or ctx.spec.max_tokens  # a source may set its own
-        body = api.body(ctx.model, max_tokens, rendered, ctx.continuous_usage, ctx.ignore_eos)
-        if self.extra_headers:
-            body["extra_headers"] = dict(self.extra_headers)  # the SDK's per-request headers, read at send time
-        request = _Request(ctx, api, body, prompt, max_tokens, labels, arrival, next(self.numbers))
+        labels = self._labels(arrival)
+        prompt, rendered = ctx.next_request(labels.run_id, arrival)
+        request = self._request(ctx, api, prompt, rendered, labels, arrival)
         if paired is None:
-            refused, wait_s = self._leg(request, client, self.wire, "")
+            refused, wait_s, _ok = self._leg(request, client, self.wire, "")
         else:
             # Both servers get the same request at the same instant, each on its own stream; the
             # run's stop kills this greenlet, and with it target b's.
             leg_b = gevent.spawn(self._leg, request, paired[0], paired[1], "b")
             try:
-                refused, wait_s = self._leg(request, client, self.wire, "a")
-                refused_b, wait_b = leg_b.get()
+                refused, wait_s, _ok = self._leg(request, client, self.wire, "a")
+                refused_b, wait_b, _ok = leg_b.get()
             finally:
                 leg_b.kill()
             refused, wait_s = refused or refused_b, max(wait_s or 0.0, wait_b or 0.0) or None
         if wait_s:
             gevent.sleep(wait_s)  # HTTP 429: the server said when to come back
         self.back_off(refused)
+
+    def _labels(self, arrival: Arrival | None) -> Labels:
+        """Labels come from the state in force when the request is sent, not when it ends."""
+        state = self.plugin.run.state
+        return Labels(state.run_id or self.environment.parsed_options.run_id or "run", state.phase, state.concurrency,
+                      state.step, state.request_rate if arrival is not None else None)
+
+    def _request(self, ctx: LoadContext, api: Endpoint, prompt, rendered, labels: Labels,
+                 arrival: Arrival | None) -> "_Request":
+        max_tokens = getattr(prompt, "max_tokens", None) or ctx.spec.max_tokens  # a source may set its own
+        body = api.body(ctx.model, max_tokens, rendered, ctx.continuous_usage, ctx.ignore_eos)
+        if self.extra_headers:
+            body["extra_headers"] = dict(self.extra_headers)  # the SDK's per-request headers, read at send time
+        return _Request(ctx, api, body, prompt, max_tokens, labels, arrival, next(self.numbers))
+
+    def play_session(self, ctx: LoadContext, api: Endpoint, client) -> None:
+        """One conversation, turn by turn: each turn's history holds the server's own replies; the
+        think time separates a reply from the next turn (the run's stop interrupts it). A failed
+        turn ends the session; the next task starts the next conversation."""
+        plugin = self.plugin
+        problem = session_option_errors(self.environment.parsed_options)
+        if problem:
+            plugin.failures.fail_run(problem, once="sessions", workers_quit=False)
+            raise StopUser()
+        deal = dealer(plugin)
+        session = deal.next(ctx, self._labels(None).run_id, self.environment.parsed_options)
+        while True:
+            prompt = session.next_turn()
+            if prompt is None:
+                break
+            request = self._request(ctx, api, prompt, prompt.render(""), self._labels(None), None)
+            result = StreamResult(text=[])
+            refused, wait_s, ok = self._leg(request, client, self.wire, "", result)
+            if ok:
+                session.replied("".join(result.text), result.prompt_tokens, result.completion_tokens)
+            else:
+                logger.debug("session %s: turn %d failed: the session ends", session.session_id, prompt.turn)
+            if wait_s:
+                gevent.sleep(wait_s)
+            self.back_off(refused)
+            if not ok or session.done:
+                break
+            think_s = session.think_s()
+            if think_s > 0:
+                gevent.sleep(think_s)
+        problem = deal.ended(session)
+        if problem:
+            plugin.failures.fail_run(problem, once="sessions", workers_quit=False)
+            raise StopUser()
 
     def _info(self, request: "_Request", wire: WireClock, target: str) -> RequestInfo:
         """Identity and labels of the request now on the wire (the send hook has stamped it)."""
@@ -139,8 +188,10 @@ class ChatStreamUser(User):
         return RequestReport(self.environment, plugin.recording.recorder, self._info(request, wire, target),
                              plugin.view.window, self.failure_kinds)
 
-    def _leg(self, request: "_Request", client, wire: WireClock, target: str) -> tuple[bool, float | None]:
-        """One request to one server, streamed, timed and recorded: (refused, seconds to wait)."""
+    def _leg(self, request: "_Request", client, wire: WireClock, target: str,
+             result: StreamResult | None = None) -> tuple[bool, float | None, bool]:
+        """One request to one server, streamed, timed and recorded into ``result`` (a fresh one
+        unless given): (refused, seconds to wait, whether it succeeded)."""
         plugin = self.plugin
         audit = plugin.self_audit
         wire.on_request_started()  # the wire hook stamps it again when the bytes go out
@@ -156,7 +207,7 @@ class ChatStreamUser(User):
             report.sample(metric, value, t, tokens)
             audit.chunk()
 
-        result = StreamResult()
+        result = StreamResult() if result is None else result
 
         def finish(failure: Failure | None) -> None:
             nonlocal report, timer
@@ -189,9 +240,9 @@ class ChatStreamUser(User):
             if is_client_error(err):
                 logger.exception("%s", failure.message)
             finish(failure)
-            return connection_refused(err), retry_after_s(err)
+            return connection_refused(err), retry_after_s(err), False
         finish(None)
-        return False, None
+        return False, None, True
 
     def _note_first_send(self, arrival: Arrival | None, info: RequestInfo) -> None:
         """spawn-to-send measures a closed-loop user's start; an open-loop user waits for its arrival."""
@@ -239,4 +290,5 @@ class _Request:
             intended_at_s=None if arrival is None else arrival.intended_at_s,
             intended_perf_s=None if arrival is None else arrival.intended_perf_s,
             queue_ms=None if arrival is None else arrival.queue_ms,
-            target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "")
+            target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "",
+            session_id=self.prompt.session_id or "", turn=self.prompt.turn, trimmed_turns=self.prompt.trimmed_turns)

@@ -9,6 +9,7 @@ adds its own listeners to ``environment.events``:
 - ``runstate``: the run state (run id, phase, concurrency, step, schedule), broadcast to workers
 - ``runstart``: the deciding process's checks before anything is sent, and the run id
 - ``openloop``: the arrival schedule and this process's pacer
+- ``tracereplay``: a trace's schedule (its own send times) and the run's end when the trace ends
 - ``liveview``: the target's /metrics, the client's percentiles over time, the run's markers
 - ``recording`` and ``selfaudit``: the raw-sample recorder and the client's audit of itself
 - ``distribution``: a master's workers (roster, hellos, reports, drain) and a worker's flush
@@ -39,6 +40,7 @@ from .failures import RunFailures, Verdict
 from .liveview import LiveView
 from .loadrecord import LoadRecorder
 from .openloop import OpenLoop
+from .tracereplay import TraceReplay
 from .options import STEP_OPTIONS, resolve_api_key
 from .peers import PeerGuard
 from .recording import Recording
@@ -75,7 +77,7 @@ class VllmPlugin:
     """The suite's concerns for one Locust process, attached to its ``Environment``."""
 
     ATTRIBUTE = "vllm_locust"
-    PARTS = ("failures", "run", "start", "view", "master", "open_loop", "self_audit", "recording", "worker",
+    PARTS = ("failures", "run", "start", "view", "master", "open_loop", "trace", "self_audit", "recording", "worker",
              "verdict", "record")  # the order their listeners are added (see the module's docstring)
 
     def __init__(self, environment, worker_id: str | None = None):
@@ -90,6 +92,7 @@ class VllmPlugin:
         self.refusals = RefusalWatch(environment, self.failures)
         self.workload = Workload(environment, self.failures)
         self.open_loop = OpenLoop(environment, self.run, self.failures)
+        self.trace = TraceReplay(environment, self.run, self.failures, self.workload, self.open_loop)
         self.view = LiveView(environment, self.run, self.failures)
         self.recording = Recording(environment, self.worker_id, self.run, self.failures)
         self.self_audit = SelfAudit(environment, self.worker_id, self.run, self.recording.client, self.failures)

@@ -12,6 +12,8 @@ from argparse import Namespace
 
 from ..core.arrivals import check_burstiness, parse_rates
 from .options import OPTIONS, as_bool, parse_steps, workload_spec
+from .sessions import session_option_errors
+from .tracereplay import trace_errors
 from ..core.schema import load_record_file
 
 
@@ -27,6 +29,9 @@ def form_errors(options: Namespace, form, shaped: bool) -> str | None:
             values[dest] = as_bool(raw)
             continue
         kind = kwargs.get("type")
+        if kind and kwargs.get("default") is None and str(raw).strip() == "":
+            values[dest] = None  # an option without a default left empty: not given (--max-tokens)
+            continue
         try:
             values[dest] = kind(raw) if kind else raw
         except (TypeError, ValueError):
@@ -46,6 +51,9 @@ def option_errors(ns: Namespace, shaped: bool) -> str | None:
         check_burstiness(float(ns.burstiness))
     except ValueError as err:
         return str(err)
+    error = session_option_errors(ns) or trace_errors(ns)
+    if error:
+        return error
     if float(getattr(ns, "step_duration", 1) or 0) <= 0:
         return f"--step-duration {float(ns.step_duration or 0):g}: the measured seconds of a step must be positive"
     if float(getattr(ns, "step_warmup", 0) or 0) < 0:

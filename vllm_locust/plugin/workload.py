@@ -16,6 +16,14 @@ from .context import LoadContext, build_context, context_key
 logger = logging.getLogger(__name__)
 
 
+def prompt_lengths(prompts) -> str:
+    """The pool's prompt lengths in a few words: the list when short, else the range (a trace has thousands)."""
+    lengths = sorted({p.prompt_tokens for p in prompts})
+    if len(lengths) <= 6:
+        return str(lengths)
+    return f"{lengths[0]}..{lengths[-1]} ({len(lengths)} distinct)"
+
+
 class Workload:
     """The shared ``LoadContext`` and the one line said when it cannot be built."""
 
@@ -32,9 +40,11 @@ class Workload:
             if ctx is None or ctx.key != context_key(self.environment):
                 ctx = self._context = build_context(self.environment)
                 logger.info("workload %s: %d prompt bodies of %s tokens%s for model %s; per-chunk usage %s",
-                            ctx.spec.name, len(ctx.prompts), sorted({p.prompt_tokens for p in ctx.prompts}),
-                            ", each request uniquely tagged" if ctx.workload.atoms else " (recycled)", ctx.model,
+                            ctx.spec.name, len(ctx.prompts), prompt_lengths(ctx.prompts),
+                            ", each request uniquely tagged" if ctx.workload.atoms else " (sent as they are)", ctx.model,
                             "on" if ctx.continuous_usage else "off")
+                if ctx.workload.note:
+                    logger.info("workload %s: %s", ctx.spec.name, ctx.workload.note)
             return ctx
 
     def failed(self, err: Exception) -> None:

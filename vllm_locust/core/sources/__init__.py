@@ -12,7 +12,9 @@ conversation source is one new module::
         def build(self, spec, counter):
             return Workload([Prompt(0, "my-data", 12, text="...", max_tokens=64)])
 
-Built in: ``fixed``, ``mixed``, ``shared-prefix`` (token-exact synthetic prompts, ``exact.py``).
+Built in: ``fixed``, ``mixed``, ``shared-prefix`` (token-exact synthetic prompts, ``exact.py``);
+``sharegpt`` and ``custom`` (dataset files, ``datafiles.py``), ``trace`` (timed Mooncake or BurstGPT
+replay, ``tracefiles.py``) and ``conversation`` (multi-turn sessions).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Source:
 
     name = ""
     help = ""  # one phrase for ``--workload``'s help
+    cacheable = True  # built prompts are cached on disk (False: building is cheap, or too large to cache)
 
     def build(self, spec: "WorkloadSpec", counter: "TokenCounter") -> Workload:
         """The pool, in a fixed order (the same on every process), and its tag alphabet."""
@@ -85,4 +88,4 @@ def describe() -> str:
 
 
 # The built-in sources register themselves on import; their order is the order of the choices.
-from . import fixed, mixed, shared_prefix  # noqa: E402,F401
+from . import fixed, mixed, shared_prefix, sharegpt, custom, trace, conversation  # noqa: E402,F401

@@ -11,7 +11,7 @@ requests of a run share a prompt prefix, whatever the pool's size (``workloads.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 RUN_DIGITS, WORKER_DIGITS, SEQUENCE_DIGITS = 1, 2, 4  # tag words: run 1, worker 2, request number 4
 TAG_WORDS = RUN_DIGITS + WORKER_DIGITS + SEQUENCE_DIGITS
@@ -27,9 +27,10 @@ class Prompt:
 
     ``max_tokens``: this prompt's output length (None: the run's ``--max-tokens``); ``send_at_s``:
     seconds after the run's start to send it (traces; None: when the user is free); ``session_id``
-    and ``turn``: its place in a conversation (None: a single request).
-    ``render(tag)`` puts a request's tag at the start of the user text (after the shared system
-    prompt): the tag's words replace the placeholder the body was measured with.
+    and ``turn``: its place in a conversation (None: a single request); ``trimmed_turns``: earlier
+    turns its history left out to fit the model's context.
+    ``render(tag)`` puts a request's tag at the start of the first user text (after the shared
+    system prompt): the tag's words replace the placeholder the body was measured with.
     """
 
     index: int
@@ -42,15 +43,38 @@ class Prompt:
     send_at_s: float | None = None
     session_id: str | None = None
     turn: int | None = None
+    trimmed_turns: int | None = None  # conversations: earlier turns left out of this turn's history
+    reply_tokens: tuple[int, ...] = ()  # conversations: each assistant turn's output length in the data set
+    turn_tokens: tuple[int, ...] = ()  # conversations: what each user turn adds to the prompt (core/session.py)
+    # Traces: the user text is these blocks' words (the last one's first ``block_words``; 0: all)
+    # then ``text``, joined at render time from ``block_table`` (shared by every prompt, so a
+    # prompt holds ids, not text). The table is anything with ``join(ids, last_words) -> str``.
+    blocks: tuple[int, ...] = ()
+    block_words: int = 0
+    block_table: object = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if type(self.blocks) is not tuple:  # JSON (the prompt cache) gives a list back
+            object.__setattr__(self, "blocks", tuple(self.blocks))
+        if type(self.turn_tokens) is not tuple:  # the same for a conversation's turn costs
+            object.__setattr__(self, "turn_tokens", tuple(self.turn_tokens))
 
     def render(self, tag: str = ""):
         """Chat messages (a list of dicts) or the completions prompt (a string)."""
         lead = tag + " " if tag else ""
         if not self.messages:
-            return self.prefix + lead + self.text
+            return self.prefix + lead + self._user(self.text)
         out = [{"role": role, "content": content} for role, content in self.messages]
-        out[-1]["content"] = lead + out[-1]["content"]
+        if self.blocks:  # a trace: one user message, its blocks joined only now
+            out[-1]["content"] = self._user(out[-1]["content"])
+        if lead:  # the first user message: a history's earlier turns are then no shared prefix either
+            first = next((m for m in out if m["role"] == "user"), out[-1])
+            first["content"] = lead + first["content"]
         return out
+
+    def _user(self, text: str) -> str:
+        """A trace prompt's user text: its blocks' words, then ``text``."""
+        return self.block_table.join(self.blocks, self.block_words) + text if self.blocks else text
 
 
 @dataclass(frozen=True)
@@ -59,6 +83,7 @@ class Workload:
 
     prompts: list[Prompt]
     atoms: tuple[str, ...] = ()
+    note: str = ""  # what the source said while building (rows used and filtered), logged at start
 
     def tag(self, run: int, worker: int, sequence: int) -> str:
         """The words that make request ``sequence`` of ``worker`` in run ``run`` unique: a fixed lead
