@@ -1,6 +1,8 @@
 """python -m analysis RUNS_DIR [--baseline PROFILE]: summary.csv, comparison.csv, verdict.csv, failures.csv, report.md, report.html.
 
 Conversation runs (requests with a turn) also get summary_by_turn.csv: TTFT by turn (``turns.py``).
+Personas runs (requests with a persona) also get summary_by_persona.csv, comparison_by_persona.csv and
+verdict_by_persona.csv, each persona judged against its own SLO (``personas.py``).
 
 Every run is also written as vLLM ``bench serve`` result JSON under ``RUNS_DIR/bench-serve/``, and
 ``--import-bench FILE.json[:LABEL]`` reads such files (from ``vllm bench serve --save-result
@@ -26,7 +28,10 @@ from .load import AnalysisError, failed_runs, load_runs
 from .report import ReportInput, write_reports
 from .goodput import parse_slo
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, runs_per_run, summarize
+from .events import with_stream_events
 from .paired import is_paired
+from .personas import (COMPARISON_BY_PERSONA_CSV, PERSONA, SUMMARY_BY_PERSONA_CSV, VERDICT_BY_PERSONA_CSV, by_persona,
+                       has_personas, persona_of, persona_sections, require_every_persona, slo_lines)
 from .turns import SUMMARY_BY_TURN_CSV, by_turn, trimmed_note, turn_lines
 from .tidy import check_same_model, check_same_workload, failure_table, tidy_markers, tidy_server
 from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts
@@ -49,6 +54,9 @@ def parse_args(argv):
                                              "(itl: the request's own p95 gap; see analysis/goodput.py)")
     p.add_argument("--rule", choices=["latency", "goodput"], default="latency",
                    help="verdict: latency (p95 TTFT and ITL improve, throughput holds; default) or goodput (needs --slo)")
+    p.add_argument("--every-persona-within-slo", action="store_true",
+                   help="personas runs: a candidate beats the baseline at a level only if each of its personas is also "
+                        "within its own SLO there (every threshold at p95; see analysis/personas.py)")
     p.add_argument("--import-bench", action="append", default=[], metavar="FILE.json[:LABEL]",
                    help="a vllm bench serve result (--save-result --save-detailed) as a label; repeat for more")
     p.add_argument("--fail-unless-beats", action="store_true",
@@ -105,7 +113,18 @@ def analyse(args) -> int:
     summary = summarize(samples, requests, run_frame, slo, args.max_send_lateness_ms)
     comparison = compare(samples, run_frame, baseline, rule, requests)
     per_level = verdicts(comparison, rule, trust_of(summary), baseline)
+    personas = by_persona(runs, samples, requests, rule, baseline, args.max_client_lag_ms, args.max_send_lateness_ms)
+    if args.every_persona_within_slo:
+        if not has_personas(requests):
+            print("--every-persona-within-slo: no request carries a persona (not a --personas run): no effect")
+        elif not personas.judged:
+            print("--every-persona-within-slo: no persona has an SLO (its own slo or --slo): no effect")
+        else:
+            per_level = require_every_persona(per_level, personas.summary)
     result = overall(per_level)
+    summary = with_stream_events(summary, requests)
+    persona_summary = with_stream_events(personas.summary, requests.assign(**{PERSONA: persona_of(requests)}),
+                                         (PERSONA,)) if len(personas.summary) else personas.summary
     untrusted = untrusted_levels(per_level)
     out = args.runs_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -118,6 +137,11 @@ def analyse(args) -> int:
     turns = by_turn(samples, requests)
     if len(turns):
         write_atomic(out / SUMMARY_BY_TURN_CSV, turns.to_csv(index=False))
+    if len(persona_summary):
+        write_atomic(out / SUMMARY_BY_PERSONA_CSV, persona_summary.to_csv(index=False))
+        if len(personas.comparison):
+            write_atomic(out / COMPARISON_BY_PERSONA_CSV, personas.comparison.to_csv(index=False))
+            write_atomic(out / VERDICT_BY_PERSONA_CSV, personas.verdicts.to_csv(index=False))
     trimmed = trimmed_note(requests)
     server = tidy_server(runs)
     md, html = write_reports(out, ReportInput(
@@ -126,7 +150,8 @@ def analyse(args) -> int:
         checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
         samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted, markers=tidy_markers(runs),
         extra_notes=[model_note] if model_note else [], failed=failed, max_client_lag_ms=args.max_client_lag_ms,
-        by_turn=turns, turn_notes=[*turn_lines(turns, summary), *([trimmed] if trimmed else [])]))
+        by_turn=turns, turn_notes=[*turn_lines(turns, summary), *([trimmed] if trimmed else [])],
+        personas=persona_sections(personas, baseline), every_persona=bool(args.every_persona_within_slo and personas.judged)))
     for row in failed.itertuples():
         print(f"failed run (left out): {row.run}: {row.reason}")
     for profile, verdict in sorted(result.items()):
@@ -149,9 +174,14 @@ def analyse(args) -> int:
         for row in summary.itertuples():
             print(f"goodput {row.profile} {level_name(row.request_rate, row.concurrency)}: {row.slo_met_share:.1%} of requests "
                   f"meet {slo}: {row.goodput_requests_per_s:.2f} req/s, {row.goodput_tokens_per_s:.1f} tok/s")
+    for line in slo_lines(personas.summary):
+        print(line)
+    for (profile, persona), verdict in sorted(personas.overall.items()):
+        print(f"persona {persona}: {profile}: {verdict} {baseline}")
     if not result:
         print(f"{baseline}: one label, so a summary and no verdict")
-    print(f"wrote {out / 'summary.csv'}, {f'{SUMMARY_BY_TURN_CSV}, ' if len(turns) else ''}{md.name}, {html.name}")
+    print(f"wrote {out / 'summary.csv'}, {f'{SUMMARY_BY_TURN_CSV}, ' if len(turns) else ''}"
+          f"{f'{SUMMARY_BY_PERSONA_CSV}, ' if len(persona_summary) else ''}{md.name}, {html.name}")
 
     failed = []
     if args.fail_unless_beats and any(v != "beats" for v in result.values()):

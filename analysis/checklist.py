@@ -7,6 +7,7 @@ import pandas as pd
 import numpy as np
 
 from vllm_locust.core.schema import IDS, PER_RUN, REQUEST
+from vllm_locust.core.sources import shares_prefixes
 
 from .advice import client_lag_advice
 from .load import Run
@@ -35,6 +36,13 @@ def _prefix_hit_rate(run: Run) -> float:
         return 0.0
     queries = increase(run.metrics, "vllm:prefix_cache_queries_total")
     return increase(run.metrics, "vllm:prefix_cache_hits_total") / queries if queries > 0 else 0.0
+
+
+def repeated_into_cache(runs: list[Run]) -> list[str]:
+    """Runs whose prompts hit the prefix cache over 10% although their workload shares no prefix on
+    purpose (a conversation's history, a trace's blocks and shared-prefix's system prompt do)."""
+    return [r.run_key for r in runs if _prefix_hit_rate(r) > 0.1
+            and not any(shares_prefixes(str(w)) for w in set(r.requests.get("workload", [])))]
 
 
 def _late_sends(requests: pd.DataFrame, max_send_lateness_ms: float) -> tuple[int, list[str]]:
@@ -94,7 +102,7 @@ def checklist(runs: list[Run], requests: pd.DataFrame, max_client_lag_ms: float 
                       not short, f"every one of {open_loop} run(s)" if not short else
                       f"not in {', '.join(short)}: requests left late (every user busy, or the client fell behind); "
                       "raise --max-concurrency or add workers, or read it as the server's saturation"))
-    cached = [r.run_key for r in runs if _prefix_hit_rate(r) > 0.1 and "shared-prefix" not in set(r.requests.get("workload", []))]
+    cached = repeated_into_cache(runs)
     items.append(("Prompts did not repeat into the prefix cache", not cached,
                   "hit rate under 10% in every run" if not cached else
                   f"prefix-cache hit rate over 10% in {', '.join(cached)}: prompts repeated within a run "

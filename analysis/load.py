@@ -39,6 +39,7 @@ class Run:
     markers: list[dict] = field(default_factory=list)  # {t_s, label, kind}: set from the web UI (load record)
     asked: dict = field(default_factory=dict)  # the workload the load record says was asked (options)
     windows: list = field(default_factory=list)  # (start_s, end_s) the load record held the measured phase
+    personas: list = field(default_factory=list)  # --personas: the load record's {name, weight, slo, ...} entries
 
     @property
     def profile(self) -> str:
@@ -64,7 +65,7 @@ def _read_csv(path: Path, dtype: dict | None = None) -> pd.DataFrame:
 
 # Conversation columns: a session id that looks like a number stays text ("007" is not 7), and a
 # turn is a whole number (nullable: empty on the requests of other workloads).
-TEXT_COLUMNS = {REQUEST.session_id: str}
+TEXT_COLUMNS = {REQUEST.session_id: str, REQUEST.persona: str}
 WHOLE_COLUMNS = (REQUEST.turn, REQUEST.trimmed_turns)
 
 
@@ -95,15 +96,23 @@ def _read_raw(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     samples = _read_many(sorted(directory.glob(f"{SAMPLES_PREFIX}*.csv")), SampleRow, OPTIONAL_SAMPLE_COLUMNS)
     requests = _read_many(sorted(directory.glob(f"{REQUESTS_PREFIX}*.csv")), RequestRow, OPTIONAL_REQUEST_COLUMNS)
     requests = _conversation_types(_with_optional(requests, OPTIONAL_REQUEST_COLUMNS))
-    return _with_optional(samples, OPTIONAL_SAMPLE_COLUMNS), requests
+    return _as_text(_with_optional(samples, OPTIONAL_SAMPLE_COLUMNS), SAMPLE.persona), requests
+
+
+def _as_text(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """``column`` as text, "" where empty (a persona or session named "007" stays "007")."""
+    if not frame.empty and column in frame:
+        values = frame[column]
+        frame[column] = values.astype(object).where(values.notna(), "").astype(str)
+    return frame
 
 
 def _conversation_types(requests: pd.DataFrame) -> pd.DataFrame:
     """``session_id`` as text ("" when none), ``turn`` and ``trimmed_turns`` as nullable integers."""
     if requests.empty:
         return requests
-    session = requests[REQUEST.session_id]
-    requests[REQUEST.session_id] = session.astype(object).where(session.notna(), "").astype(str)
+    for column in (REQUEST.session_id, REQUEST.persona):
+        _as_text(requests, column)
     for column in WHOLE_COLUMNS:
         requests[column] = requests[column].astype("Int64")
     return requests
@@ -187,8 +196,9 @@ def read_run(directory: Path) -> Run:
     markers = [m for load in loads for m in load.get("markers") or []]
     asked = next((load.get("workload") or {} for load in loads if load.get("workload")), {})
     windows = [span for load in loads for span in measured_spans(load, any_level=True)]
+    personas = next((list(load.get("personas") or []) for load in loads if load.get("personas")), [])
     return Run(directory, record, samples, requests, _metrics(directory), manifest, _read_client(directory), markers,
-               asked, windows)
+               asked, windows, personas)
 
 
 def measured_spans(load_record: dict, step=None, concurrency=None, any_level: bool = False) -> list[tuple[float, float]]:
@@ -242,7 +252,7 @@ def read_recording(directory: Path, label: str) -> list[Run]:
         c = client[(client[CLIENT.run_id] == run_id) & (client[CLIENT.concurrency] == concurrency)
                    & (client[CLIENT.step].fillna(-1) == (-1 if step is None else step))] if not client.empty else client
         runs.append(Run(directory, record, s, r, metrics, {}, c, list(load.get("markers") or []),
-                        dict(load.get("workload") or {}), windows))
+                        dict(load.get("workload") or {}), windows, list(load.get("personas") or [])))
     return runs
 
 

@@ -58,6 +58,16 @@ TURNS_TEXT = ("Requests of conversation sessions by their turn: turns 1 to 5 eac
               "TTFT and ITL come from the raw samples of succeeded requests; the session columns describe the load "
               "level (the same on each of its rows): sessions seen in the measured phase, turns each played there, "
               "and sessions whose every request succeeded. The table is summary_by_turn.csv.")
+PERSONAS_TEXT = ("Each persona's own requests (summary_by_persona.csv): latency from the raw samples of its succeeded "
+                 "requests, throughput from its requests completed in the measured window, the share meeting its SLO "
+                 "and goodput against its own slo. The server's figures are the level's, in the summary above.")
+EVERY_PERSONA_TEXT = ("--every-persona-within-slo: a candidate beats the baseline at a level only if each of its "
+                      "personas is also within its own SLO there.")
+STREAM_EVENTS_TEXT = ("Stream events past the first token, ms from the send, per succeeded request: TTFR the first "
+                      "reasoning delta, TTFA the first answer delta, TOOL_CALL the first tool-call delta, TOOL_ARGS "
+                      "the tool arguments complete; mean reasoning and answer tokens.")
+STREAM_EVENT_PREFIXES = ("p50_ttfr", "p95_ttfr", "p50_ttfa", "p95_ttfa", "p50_tool_", "p95_tool_", "mean_reasoning_",
+                         "mean_answer_")
 GOODPUT_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.slo, SUMMARY.slo_met_share,
                  SUMMARY.goodput_requests_per_s, SUMMARY.goodput_tokens_per_s, SUMMARY.requests_per_s]
 
@@ -118,6 +128,8 @@ class ReportInput:
     max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS
     by_turn: pd.DataFrame | None = None  # turns.BY_TURN: conversation runs only
     turn_notes: list[str] = field(default_factory=list)  # turns.turn_lines and trimmed_note
+    personas: list = field(default_factory=list)  # personas.persona_sections: (name, SLO text, table, lines)
+    every_persona: bool = False  # --every-persona-within-slo took effect
 
 
 def sections(r: ReportInput, figures: dict[str, bytes], forest) -> list[tuple[str, list]]:
@@ -143,12 +155,20 @@ def sections(r: ReportInput, figures: dict[str, bytes], forest) -> list[tuple[st
     # open loop by its rows (send lateness), not by an asked rate: a trace replay asks none
     open_loop = summary[summary[SUMMARY.p99_send_lateness_ms].notna()]
     by_turn = r.by_turn if r.by_turn is not None else pd.DataFrame()
+    events = [c for c in summary.columns if c.startswith(STREAM_EVENT_PREFIXES)]
+    persona_parts = [(f"Persona {name}", [("text", slo_text), ("table", table), *([("list", lines)] if lines else [])])
+                     for name, slo_text, table, lines in r.personas]
     failed = r.failed
     return [
-        ("Verdict", [("list", verdict_lines), *picture, ("text", r.rule.text)]),
+        ("Verdict", [("list", verdict_lines), *picture, ("text", r.rule.text),
+                     *([("text", EVERY_PERSONA_TEXT)] if r.every_persona else [])]),
         ("Per load level", [("table", r.per_level)]),
         ("Changes against the baseline (percent, 95% interval)", [("table", r.comparison)]),
         ("Summary (percentiles from raw samples)", [("table", summary[SUMMARY_SHOWN])]),
+        *((("Stream events: reasoning, answer, tool calls",
+            [("text", STREAM_EVENTS_TEXT), ("table", summary[[*SUMMARY_SHOWN[:3], *events]])]),) if events else ()),
+        *((("Personas", [("text", PERSONAS_TEXT)]),) if persona_parts else ()),
+        *persona_parts,
         *((("Conversations: TTFT by turn", [("text", TURNS_TEXT), *([("list", r.turn_notes)] if r.turn_notes else []),
                                               ("table", by_turn)]),) if len(by_turn) else ()),
         ("Can the client's numbers be trusted?", [("text", TRUST_TEXT), *([("list", advice)] if advice else []),

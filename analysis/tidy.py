@@ -116,7 +116,7 @@ def tidy_requests(runs: list[Run]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*ID_COLUMNS, REQUEST.request_id])
 
 
-COMPLETION_COLUMNS = ("end_s", "tokens")
+COMPLETION_COLUMNS = ("end_s", "tokens", "persona")  # persona: "" without --personas
 
 
 def window_completions(run: Run) -> pd.DataFrame:
@@ -132,8 +132,8 @@ def window_completions(run: Run) -> pd.DataFrame:
     for start, stop in run.windows:
         inside |= (end >= start) & (end <= stop)
     done = requests[inside]
-    frame = pd.DataFrame({"end_s": end[inside],
-                          "tokens": output_tokens(done)})
+    persona = done[REQUEST.persona].fillna("").astype(str) if REQUEST.persona in done else ""
+    frame = pd.DataFrame({"end_s": end[inside], "tokens": output_tokens(done), "persona": persona})
     return _with_ids(frame, run)[[*ID_COLUMNS, *COMPLETION_COLUMNS]]
 
 

@@ -23,7 +23,7 @@ BLOCK = 16  # --trace-block-tokens: small prompts
 TIMES_MS = [0, 90, 150, 300, 420, 500, 700, 800, 950, 1100, 1300, 1500]
 SHARED = (3, 7)  # these rows share their two hash ids
 EPS_S = 0.003  # mapping the mock's clock onto unix seconds, and rounding
-LATE_S = 0.4  # generous: a busy machine's wake-ups, never a request's absence
+LATE_S = 1.0  # not long after: a schedule sent at its end would be 1.5 s late on its first row (generous: a busy machine)
 ENDS_BY_ITSELF_S = 45  # the subprocess's limit, far below -t 60s: a run that waits for -t fails
 
 

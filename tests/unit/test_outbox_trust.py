@@ -100,7 +100,7 @@ def csv_text(row_type, rows, header=True) -> str:
 
 
 def sample(worker_id="host-1", run_id=RUN, value="20.5"):
-    return [run_id, worker_id, "r1", "TTFT", value, "1700000000.5", "measured", "4", "", "1", ""]
+    return [run_id, worker_id, "r1", "TTFT", value, "1700000000.5", "measured", "4", "", "1", "", ""]
 
 
 def report(files, token=None) -> dict:

@@ -189,4 +189,6 @@ def test_importing_the_analysis_loads_no_server_or_locust_library():
 def test_new_request_columns_come_last():
     """Older files have a prefix of the columns: each release's new ones are appended."""
     names = names_of(RequestRow)
-    assert list(names[names.index("kind"):]) == ["kind", "session_id", "turn", "trimmed_turns"]
+    assert list(names[names.index("kind"):]) == ["kind", "session_id", "turn", "trimmed_turns", "persona", "ttfr_ms",
+                                                 "ttfa_ms", "reasoning_tokens", "answer_tokens", "tool_call_ms",
+                                                 "tool_args_ms", "tool_calls"]

@@ -37,6 +37,7 @@ class RequestInfo:
     request_type: str  # Locust's request type: the endpoint ("chat"; paired mode's target b: "chat-b")
     sent_at_s: float  # unix seconds
     sent_perf_s: float  # perf_counter seconds, same instant
+    persona: str = ""  # --personas: the persona (Locust user class) that sent it
 
     @property
     def run_id(self) -> str:
@@ -49,7 +50,7 @@ class RequestInfo:
 
 # The order ``sample_values`` builds sample rows in; checked against the schema once, at import.
 SAMPLE_ORDER = ("run_id", "worker_id", "request_id", "metric", "value_ms", "t_s", "phase", "concurrency", "step", "tokens",
-                "request_rate")
+                "request_rate", "persona")
 if names_of(SampleRow) != SAMPLE_ORDER:  # pragma: no cover - fails loudly if the schema changes
     raise ImportError(f"record.SAMPLE_ORDER is out of date with schema.SampleRow: {names_of(SampleRow)}")
 
@@ -90,6 +91,13 @@ class RequestRecord:
     session_id: str = ""  # conversations: its session and turn (from 1), and earlier turns trimmed away
     turn: int | None = None
     trimmed_turns: int | None = None
+    ttfr_ms: float | None = None  # stream events past the first token (``schema.RequestRow``)
+    ttfa_ms: float | None = None
+    reasoning_tokens: int | None = None
+    answer_tokens: int | None = None
+    tool_call_ms: float | None = None
+    tool_args_ms: float | None = None
+    tool_calls: int | None = None
 
     @property
     def outcome(self) -> Outcome:
@@ -126,7 +134,10 @@ class RequestRecord:
             content_chunks=self.content_chunks, finish_reason=self.finish_reason, error=self.error,
             phase=labels.phase, concurrency=labels.concurrency, step=labels.step,
             target=self.target, pair_id=self.pair_id, kind=self.outcome.value, session_id=self.session_id,
-            turn=self.turn, trimmed_turns=self.trimmed_turns, **open_loop)
+            turn=self.turn, trimmed_turns=self.trimmed_turns, persona=info.persona, ttfr_ms=_rounded(self.ttfr_ms),
+            ttfa_ms=_rounded(self.ttfa_ms), reasoning_tokens=self.reasoning_tokens, answer_tokens=self.answer_tokens,
+            tool_call_ms=_rounded(self.tool_call_ms), tool_args_ms=_rounded(self.tool_args_ms),
+            tool_calls=self.tool_calls, **open_loop)
 
     def sample_values(self) -> list[tuple]:
         """The samples as ``SampleRow`` field tuples (``SAMPLE_ORDER``), rounded as written: no
@@ -135,12 +146,12 @@ class RequestRecord:
         offset = info.sent_at_s - info.sent_perf_s  # perf_counter -> unix seconds
         head = (labels.run_id, info.worker_id, info.request_id)
         tail = (labels.phase, labels.concurrency, labels.step)
-        rate = labels.request_rate
-        rows = [(*head, metric, round(value, 4), round(end + offset, 6), *tail, tokens, rate)
+        rate, persona = labels.request_rate, info.persona
+        rows = [(*head, metric, round(value, 4), round(end + offset, 6), *tail, tokens, rate, persona)
                 for metric, value, end, tokens in self.samples]
         if self.failure is None and self.e2e_ms is not None:  # a success's own samples end with it
             end = round(self.last_perf_s + offset, 6)
-            rows.append((*head, E2E, round(self.e2e_ms, 4), end, *tail, self.output_tokens, rate))
+            rows.append((*head, E2E, round(self.e2e_ms, 4), end, *tail, self.output_tokens, rate, persona))
             if self.tpot_ms is not None:
-                rows.append((*head, TPOT, round(self.tpot_ms, 4), end, *tail, self.output_tokens, rate))
+                rows.append((*head, TPOT, round(self.tpot_ms, 4), end, *tail, self.output_tokens, rate, persona))
         return rows

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from .outcome import Outcome, RequestFailure
 from .record import RequestInfo, RequestRecord
-from .schema import E2E, MEASURED, TPOT
+from .schema import E2E, MEASURED, TOOL_ARGS, TOOL_CALL, TPOT, TTFA, TTFR
+
+# Stream events past the first token, fired once per request at its end: (metric, the record's
+# field, its field of tokens for ``response_length``). TOOL_ARGS only for a success: a stream
+# that broke off had no complete arguments.
+STREAM_EVENTS = ((TTFR, "ttfr_ms", "reasoning_tokens"), (TTFA, "ttfa_ms", "answer_tokens"),
+                 (TOOL_CALL, "tool_call_ms", "tool_calls"), (TOOL_ARGS, "tool_args_ms", "tool_calls"))
 
 __all__ = ["RequestInfo", "RequestReport"]
 
@@ -66,6 +72,8 @@ class RequestReport:
         recorder. The record's own rows carry E2E and TPOT (``RequestRecord.sample_values``)."""
         outcome = record.outcome
         if self._measured:
+            if record.answer_tokens is not None or record.tool_calls is not None:  # not for a plain stream
+                self._stream_events(record, outcome is Outcome.OK)
             if outcome is Outcome.OK:
                 tokens = record.output_tokens
                 self._measured_sample(E2E, record.e2e_ms, tokens)
@@ -74,6 +82,13 @@ class RequestReport:
             elif outcome is not Outcome.INTERRUPTED:
                 self.failure(RequestFailure(record.failure))
         self.close(record)
+
+    def _stream_events(self, record: RequestRecord, ok: bool) -> None:
+        """TTFR, TTFA, TOOL_CALL (whenever they happened, as TTFT) and TOOL_ARGS (a success's) to Locust."""
+        for metric, name, tokens in STREAM_EVENTS:
+            value = getattr(record, name)
+            if value is not None and (ok or metric != TOOL_ARGS):
+                self._measured_sample(metric, value, getattr(record, tokens))
 
     def _measured_sample(self, metric: str, value_ms: float, tokens: int | None) -> None:
         self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens, **self._event)

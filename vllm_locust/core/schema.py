@@ -24,6 +24,12 @@ ITL = "ITL"
 TPOT = "TPOT"
 E2E = "E2E"
 METRIC_NAMES = (TTFT, ITL, TPOT, E2E)
+# Stream events past the first token (Locust event names; request-row columns ttfr_ms ... tool_args_ms):
+TTFR = "TTFR"  # time to the first reasoning delta
+TTFA = "TTFA"  # time to the first answer (content) delta
+TOOL_CALL = "TOOL_CALL"  # time to the first tool-call delta
+TOOL_ARGS = "TOOL_ARGS"  # time to the tool arguments complete (the last argument delta)
+STREAM_EVENT_METRICS = (TTFR, TTFA, TOOL_CALL, TOOL_ARGS)
 # Open loop: TTFT and E2E counted from the instant the schedule meant the request to leave (summary columns).
 TTFT_FROM_INTENDED = "TTFT_FROM_INTENDED"
 E2E_FROM_INTENDED = "E2E_FROM_INTENDED"
@@ -101,6 +107,7 @@ class SampleRow:
     step: int | None
     tokens: int | None = None
     request_rate: float | None = None  # open loop: the arrival rate (requests/s) the request was sent at
+    persona: str = ""  # --personas: the persona (Locust user class) that sent it; empty otherwise
 
 
 @dataclass(slots=True)
@@ -156,12 +163,22 @@ class RequestRow:
     session_id: str = ""  # conversations: the session (one conversation played by one user); empty otherwise
     turn: int | None = None  # conversations: the turn's number in its session, from 1
     trimmed_turns: int | None = None  # conversations: earlier turns left out of the history to fit the context
+    persona: str = ""  # --personas: the persona (Locust user class) that sent it; empty otherwise
+    # Stream events past the first token (ms from the send; empty when the stream had none):
+    ttfr_ms: float | None = None  # the first reasoning delta (reasoning_content / reasoning)
+    ttfa_ms: float | None = None  # the first answer (content) delta
+    reasoning_tokens: int | None = None  # reasoning chunks (tokens by the server's running usage when it sends one)
+    answer_tokens: int | None = None  # answer chunks (the same)
+    tool_call_ms: float | None = None  # the first tool-call delta
+    tool_args_ms: float | None = None  # the last tool-call argument delta: the arguments complete
+    tool_calls: int | None = None  # distinct tool calls in the stream
 
 
 # Columns a run recorded before they existed is read without (the analysis fills them empty).
-OPTIONAL_SAMPLE_COLUMNS = ("tokens", "request_rate")
+OPTIONAL_SAMPLE_COLUMNS = ("tokens", "request_rate", "persona")
 OPTIONAL_REQUEST_COLUMNS = ("intended_at_s", "lateness_ms", "queue_ms", "request_rate", "target", "pair_id", "kind",
-                            "session_id", "turn", "trimmed_turns")
+                            "session_id", "turn", "trimmed_turns", "persona", "ttfr_ms", "ttfa_ms", "reasoning_tokens",
+                            "answer_tokens", "tool_call_ms", "tool_args_ms", "tool_calls")
 
 SAMPLE = Columns(*names_of(SampleRow))
 CLIENT = Columns(*names_of(ClientRow))
@@ -202,6 +219,9 @@ class LoadRecord:
     workers: list[dict] = field(default_factory=list)  # master: {id, worker_id, host, pid, joined_s, left_s, lost,
     #                                                      clock_offset_s, received_bytes, rows_until_s} per worker
     client_host: str = ""  # the host of the process that wrote this record (the master)
+    # --personas: {name, weight, overrides (option dest -> value), slo ("ttft:500,itl:50" or "")} per
+    # persona, in the file's order; empty without personas
+    personas: list[dict] = field(default_factory=list)
 
 
 @dataclass

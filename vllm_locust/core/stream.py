@@ -11,6 +11,13 @@ tokens (speculative decoding, detokenizer hold-back). Knows nothing of Locust or
 A hostile or broken server is bounded here: an event over ``--max-event-bytes`` (``sse.py``), more
 content than ``max_tokens`` asked for, or a body in an encoding the suite did not ask for each end
 the request with a named failure, and the caller's ``with`` closes the connection.
+
+Stream events past the first token: a reasoning model's deltas carry ``reasoning_content`` (or
+``reasoning`` in newer vLLM) before its answer's ``content``; a tool call streams as
+``delta.tool_calls`` (``index``, ``id`` and ``function.name`` first, then ``function.arguments`` in
+pieces). Each kind of delta is content (TTFT is the first token of any kind, and a tool-call-only
+stream is not "without content"); ``StreamParts`` times the parts apart. A plain stream never makes
+one: its chunks pay one comparison for it.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from .metrics import ms_between
 from .outcome import Outcome
 from .sse import DEFAULT_MAX_EVENT_BYTES, DONE, EventTooLarge, stamped_payloads
 
@@ -49,10 +57,70 @@ class StreamResult:
     # The reply's text pieces, collected only when the caller sets a list (a conversation sends
     # the reply back in its next turn): other workloads pay nothing for it.
     text: list[str] | None = None
+    parts: "StreamParts | None" = None  # made at the first reasoning or tool-call delta
 
     @property
     def content_chunks(self) -> int:
         return len(self.content_times_s)
+
+    def events(self, sent_s: float) -> dict:
+        """The request row's stream-event fields (``RequestRecord``'s ``ttfr_ms`` ... ``tool_calls``),
+        ms from ``sent_s``; empty for a plain stream (every field stays None)."""
+        return {} if self.parts is None else self.parts.fields(sent_s)
+
+
+ANSWER, REASONING, TOOL = 1, 2, 3  # the part a content chunk belongs to (0: no content)
+
+
+class StreamParts:
+    """Reasoning, answer and tool-call instants and tokens of one stream (``perf_counter`` seconds).
+    Tokens are the chunks' own counts by the server's running usage, one per chunk without it.
+    A chunk that carries both reasoning and answer text counts to the answer (its tokens cannot be split)."""
+
+    __slots__ = ("first_reasoning_s", "first_answer_s", "reasoning_tokens", "answer_tokens", "first_tool_s",
+                 "last_args_s", "tool_indexes")
+
+    def __init__(self, result: StreamResult):
+        """Made at the first non-answer delta: the answer chunks before it (if any) are counted from ``result``."""
+        self.first_reasoning_s: float | None = None
+        self.first_answer_s = result.content_times_s[0] if result.content_times_s else None
+        self.reasoning_tokens = 0
+        self.answer_tokens = sum(1 if t is None else t for t in result.content_tokens)
+        self.first_tool_s: float | None = None
+        self.last_args_s: float | None = None
+        self.tool_indexes: set = set()
+
+    def add(self, part: int, delta, now: float, tokens: int | None) -> None:
+        count = 1 if tokens is None else tokens
+        if part == ANSWER:
+            if self.first_answer_s is None:
+                self.first_answer_s = now
+            self.answer_tokens += count
+        elif part == REASONING:
+            if self.first_reasoning_s is None:
+                self.first_reasoning_s = now
+            self.reasoning_tokens += count
+        else:
+            if self.first_tool_s is None:
+                self.first_tool_s = now
+            for call in delta["tool_calls"]:
+                if not isinstance(call, dict):
+                    continue
+                index = call.get("index", 0)
+                self.tool_indexes.add(index if isinstance(index, (int, str)) else repr(index)[:40])
+                function = call.get("function")
+                if isinstance(function, dict) and function.get("arguments"):
+                    self.last_args_s = now
+
+    def fields(self, sent_s: float) -> dict:
+        def ms(t):
+            return None if t is None else ms_between(sent_s, t)
+
+        reasoned = self.first_reasoning_s is not None
+        return dict(ttfr_ms=ms(self.first_reasoning_s), ttfa_ms=ms(self.first_answer_s),
+                    reasoning_tokens=self.reasoning_tokens if reasoned else None, answer_tokens=self.answer_tokens,
+                    tool_call_ms=ms(self.first_tool_s), tool_args_ms=ms(self.last_args_s),
+                    tool_calls=len(self.tool_indexes) if self.tool_indexes else None)
 
 
 TOKEN_SLACK = 2  # content chunks allowed past max_tokens before the stream is called runaway
@@ -95,6 +163,22 @@ def choice_text(choice: dict) -> str:
             return ""
         return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
     return choice.get("text") or ""
+
+
+def choice_part(choice: dict, delta) -> int:
+    """The part a choice's content belongs to: ``ANSWER`` (chat ``delta.content``, completions
+    ``text``), ``REASONING``, ``TOOL`` (``delta.tool_calls``), or 0 (no content: vLLM's role-only
+    chunk, a finish-only chunk). The answer is looked up first: a plain chunk costs one lookup."""
+    if delta is None:
+        return ANSWER if choice.get("text") else 0
+    if not isinstance(delta, dict):
+        return 0
+    if delta.get("content"):
+        return ANSWER
+    if delta.get("reasoning_content") or delta.get("reasoning"):
+        return REASONING
+    calls = delta.get("tool_calls")
+    return TOOL if calls and isinstance(calls, list) else 0
 
 
 def reply_text(choice: dict) -> str:
@@ -170,10 +254,16 @@ def _consume(payloads, on_content, result: StreamResult, most: int | None) -> No
         for choice in choices:
             if not isinstance(choice, dict):
                 raise StreamError(f"malformed chunk {result.chunks}: a choice is not an object", Outcome.MALFORMED_CHUNK)
-            if choice_text(choice):
+            delta = choice.get("delta")
+            part = choice_part(choice, delta)
+            if part:
                 tokens = None
                 if running is not None:
                     tokens, counted = running - counted, running
+                if part != ANSWER or result.parts is not None:  # a plain stream never gets here
+                    if result.parts is None:
+                        result.parts = StreamParts(result)  # counts the answer chunks before this one
+                    result.parts.add(part, delta, now, tokens)
                 result.content_times_s.append(now)
                 result.content_tokens.append(tokens)
                 if text is not None:

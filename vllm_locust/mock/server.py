@@ -21,6 +21,12 @@ two tokens without a finish reason), ``die`` (connection closed after two tokens
 chunk whose ``choices`` is not a list), and before any response: ``http500``, ``http500-every-other``
 (every second completion request, the first included, a 500: a known failure share), ``http429`` (with
 ``Retry-After: retry_after_s``), ``reset`` (connection closed), ``hang`` (never answers for ``hang_s``).
+Stream-event modes (chat; completions stay plain), on the same clock, one token a chunk: ``reasoning``
+(the first ``reasoning_tokens`` chunks of the ``max_tokens`` are reasoning deltas under
+``reasoning_key``, ``reasoning_content`` as older vLLM or ``reasoning`` as newer, the rest answer
+``content``) and ``tool-call`` (one tool call: a delta with its ``id`` and ``function.name``, the
+request's named ``tool_choice`` or ``get_weather``, then the arguments in pieces, one a chunk;
+finish ``tool_calls``).
 
 Hostile modes (``hostile``, ``--hostile MODE``; none by default), one per attack a server can make
 on the client: ``huge-event`` (the first content chunk carries ``hostile_bytes`` of text),
@@ -31,8 +37,8 @@ headers), ``no-finish`` (``hostile_chunks`` content chunks whatever ``max_tokens
 a finish reason), ``bad-chunk-size`` (an invalid chunk size in the same write as the headers),
 ``drip`` (one byte of an event that never ends every ``drip_ms``). ``max_model_len`` (0: not
 listed) is listed in ``GET /v1/models`` as vLLM lists it. The recording server: ``log_bodies``
-(``--log-bodies``) logs each request's ``messages`` or ``prompt``, ``max_tokens`` and the text it
-replied (``body``, ``reply``); ``distinct_replies`` makes each reply's words carry the request's
+(``--log-bodies``) logs each request's ``messages`` or ``prompt``, ``max_tokens``, ``tools`` and
+``tool_choice``, and the answer text it replied (``body``, ``reply``); ``distinct_replies`` makes each reply's words carry the request's
 number, so a client that sends a conversation's history can be checked to send the server's own replies. Every request's ``Accept-Encoding`` is
 logged (``GET /_log``: ``accept_encoding``), and so are a streamed request's own ``X-`` headers
 (``headers``: the SDK's ``X-Stainless-*`` left out; never ``Authorization``).
@@ -63,7 +69,10 @@ from .metrics import MockMetrics
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
           "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
           "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0,
-          "log_bodies": False, "distinct_replies": False}
+          "log_bodies": False, "distinct_replies": False, "reasoning_tokens": 4,
+          "reasoning_key": "reasoning_content"}
+STREAM_EVENT_MODES = ("reasoning", "tool-call")
+TOOL_NAME = "get_weather"  # the tool a tool-call stream calls when the request names none
 HOSTILE_MODES = ("huge-event", "gzip", "gzip-always", "gzip-bomb-models", "huge-headers", "no-finish", "bad-chunk-size",
                  "drip")
 ENCODINGS: list[str] = []  # Accept-Encoding of every request since the last /_config
@@ -126,6 +135,26 @@ def extra_headers(headers) -> dict:
     """A request's ``X-`` headers (names in lower case: HTTP's are case-insensitive), as a
     locustfile's ``extra_headers`` sends them."""
     return {k.lower(): v for k, v in headers.items() if k.lower().startswith("x-") and not k.lower().startswith("x-stainless")}
+
+
+def tool_name(body: dict) -> str:
+    """The function a tool-call stream calls: the request's named ``tool_choice``, else its first tool."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict) and choice["function"].get("name"):
+        return str(choice["function"]["name"])
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools and isinstance(tools[0], dict):
+        return str((tools[0].get("function") or {}).get("name") or TOOL_NAME)
+    return TOOL_NAME
+
+
+def argument_pieces(n: int) -> list[str]:
+    """``n`` pieces of a tool call's JSON arguments (``{"city": "t0 t1 ..."}``), one a chunk."""
+    if n <= 0:
+        return []
+    if n == 1:
+        return ['{"city": "t0"}']
+    return ['{"city": "', *[f"t{j} " for j in range(n - 2)], '"}']
 
 
 def sleep_until(t: float) -> None:
@@ -325,10 +354,21 @@ class Handler(BaseHTTPRequestHandler):
         if hostile == "no-finish":
             tokens = int(cfg["hostile_chunks"])  # whatever max_tokens said
 
-        def choice(text, finish=None):
-            if chat:
+        events = cfg["mode"] if chat and cfg["mode"] in STREAM_EVENT_MODES else ""
+        reasoning = int(cfg.get("reasoning_tokens") or 0) if events == "reasoning" else 0
+        pieces = argument_pieces(tokens - 1) if events == "tool-call" else []
+
+        def choice(text, finish=None, i=0):
+            if not chat:
+                return {"index": 0, "text": text, "finish_reason": finish}
+            if not events:
                 return {"index": 0, "delta": {"content": text}, "finish_reason": finish}
-            return {"index": 0, "text": text, "finish_reason": finish}
+            if events == "reasoning":
+                delta = {str(cfg.get("reasoning_key") or "reasoning_content"): text} if i < reasoning else {"content": text}
+                return {"index": 0, "delta": delta, "finish_reason": finish}
+            call = {"index": 0, "function": {"arguments": pieces[i - 1]}} if i else \
+                {"index": 0, "id": f"call_{serial}", "type": "function", "function": {"name": tool_name(body), "arguments": ""}}
+            return {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": "tool_calls" if finish else None}
 
         def usage(done: int) -> dict:
             return {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done}
@@ -340,7 +380,8 @@ class Handler(BaseHTTPRequestHandler):
                   "client_port": self.client_address[1], "accept_encoding": self.headers.get("Accept-Encoding", ""),
                   "headers": extra_headers(self.headers)}
         if cfg.get("log_bodies"):  # the recording server: what was asked, and what it answered
-            record["body"] = {k: body.get(k) for k in ("messages", "prompt", "max_tokens", "ignore_eos") if k in body}
+            record["body"] = {k: body.get(k) for k in ("messages", "prompt", "max_tokens", "ignore_eos", "tools",
+                                                       "tool_choice") if k in body}
             record["reply"] = ""
         epoch = EPOCH[0]
         chunks = -(-tokens // per_chunk)
@@ -376,11 +417,11 @@ class Handler(BaseHTTPRequestHandler):
                 finish = "length" if i == chunks - 1 and hostile != "no-finish" else None
                 done = min(tokens, (i + 1) * per_chunk)
                 text = "".join(f" r{serial}t{j}" if distinct else f" t{j}" for j in range(i * per_chunk, done))
-                if "reply" in record:
-                    record["reply"] += text
+                if "reply" in record and (not events or i >= reasoning and events == "reasoning"):
+                    record["reply"] += text  # the answer only: reasoning and tool calls are not sent back
                 if i == 0 and hostile == "huge-event":
                     text = "x" * int(cfg["hostile_bytes"])
-                sent = self._chunk(with_usage({"id": "c", "object": kind, "choices": [choice(text, finish)]}, done))
+                sent = self._chunk(with_usage({"id": "c", "object": kind, "choices": [choice(text, finish, i)]}, done))
                 record["sends"].append(sent)
                 METRICS.token(sent - last, i == 0, done - i * per_chunk)
                 last = sent
@@ -427,7 +468,8 @@ def serve(port: int = 0, reuse_port: bool = False, **config) -> Server:
 DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
                   "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
                   "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0,
-                  "log_bodies": False, "distinct_replies": False}
+                  "log_bodies": False, "distinct_replies": False, "reasoning_tokens": 4,
+                  "reasoning_key": "reasoning_content"}
 
 
 class MockServer:

@@ -60,13 +60,15 @@ class LoadContext:
         return prompt, prompt.render(self.workload.tag(run, self.worker_index, n))
 
 
-def context_key(environment) -> tuple:
-    o = environment.parsed_options
+def context_key(environment, options=None) -> tuple:
+    """What the context is built from. ``options``: a persona's view (``personas.OptionsView``);
+    the run's options by default."""
+    o = environment.parsed_options if options is None else options
     return (environment.host, o.model, workload_spec(o), o.tokenizer, o.endpoint, o.continuous_usage)
 
 
-def build_context(environment) -> LoadContext:
-    o = environment.parsed_options
+def build_context(environment, options=None) -> LoadContext:
+    o = environment.parsed_options if options is None else options
     host = require_host(environment.host)  # the server's root: ``http://h:p/v1`` is ``http://h:p``
     model = o.model or resolve_model(host, "", o.api_key)
     spec = workload_spec(o)
@@ -82,5 +84,5 @@ def build_context(environment) -> LoadContext:
         continuous = serves_continuous_usage(host, o.api_key)
     index = getattr(environment.runner, "worker_index", 0) or 0
     return LoadContext(host, model, spec, workload, not as_bool(o.no_ignore_eos), counter.exact,
-                       context_key(environment), continuous_usage=continuous, worker_index=int(index),
+                       context_key(environment, options), continuous_usage=continuous, worker_index=int(index),
                        max_model_len=model_max_len(host, model, o.api_key))

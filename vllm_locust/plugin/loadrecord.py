@@ -55,7 +55,8 @@ class LoadRecorder:
             stopped_s=time.time(), timeline=[asdict(c) for c in run.timeline],
             runner=type(runner).__name__ if runner is not None else "", versions=versions(),
             markers=list(self.view.markers), workers=self.roster.as_list(), client_host=socket.gethostname(),
-            cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
+            cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
+            personas=[p.as_dict() for p in getattr(getattr(self.environment, "vllm_locust", None), "personas", ())])
 
     def write(self) -> None:
         directory = self.environment.parsed_options.samples_dir

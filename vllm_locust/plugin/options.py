@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..backend.endpoints import endpoint
+from ..backend.endpoints import TOOL_MODES, endpoint
 from ..backend.endpoints import names as endpoint_names
 from ..core import sources
 from ..core.workloads import WorkloadSpec
@@ -22,6 +22,12 @@ OPTIONS = [
     # (flag, kwargs)
     ("--model", dict(default="", env_var="LOCUST_MODEL",
                      help="Served model name; empty: the first id from GET /v1/models")),
+    # Not in the web UI's form: the file's personas are the run's user classes, made at start-up
+    # (the form's class picker chooses among them).
+    ("--personas", dict(default="", env_var="LOCUST_PERSONAS", include_in_web_ui=False,
+                        help="TOML file of [[persona]] tables (name, weight, slo and any of these options by dest "
+                             "name, e.g. model, max_tokens): each persona is a Locust user class of that weight "
+                             "whose users run with its options (README: Personas)")),
     ("--endpoint", dict(default="chat", choices=endpoint_names(), env_var="LOCUST_ENDPOINT",
                         help="Stream /v1/chat/completions or /v1/completions")),
     # Not in the web UI: its form shows each option's value as the field's default (the key was in
@@ -67,6 +73,10 @@ OPTIONS = [
     ("--max-tokens", dict(type=int, default=None, env_var="LOCUST_MAX_TOKENS",
                           help="Output tokens per request (max_tokens, with ignore_eos); default 128, or each "
                                "dataset or trace row's own length")),
+    ("--tools", dict(default="none", choices=list(TOOL_MODES), env_var="LOCUST_TOOLS",
+                     help="chat: none; forced: one tool (get_weather) named in tool_choice, so every reply is "
+                          "its call (vLLM honours it with structured output, any model); auto: the tool with "
+                          "tool_choice auto (real models, a server with a tool parser). Rows time the tool call")),
     ("--dataset-path", dict(default="", env_var="LOCUST_DATASET_PATH",
                             help="sharegpt, conversation: ShareGPT JSON; custom: JSONL; trace: Mooncake JSONL or "
                                  "BurstGPT CSV (the same path on every worker)")),

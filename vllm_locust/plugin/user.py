@@ -31,6 +31,7 @@ from . import attach
 from .completion import FailureKinds
 from .context import LoadContext
 from .pacer import Arrival
+from .personas import OptionsView, persona_dealer
 from .sessions import dealer, plays_sessions, session_option_errors
 from .vllm_plugin import VllmPlugin
 
@@ -59,6 +60,17 @@ class ChatStreamUser(User):
     abstract = True
     wait_time = constant(0)
     extra_headers: dict[str, str] = {}  # HTTP headers on each of this user's requests (a subclass sets them)
+    persona = None  # --personas: the ``core.personas.Persona`` of this class (``personas.install`` makes them)
+    _view: OptionsView | None = None
+
+    @property
+    def options(self):
+        """The options this user's requests follow: its persona's view of the run's, else the run's."""
+        return self.environment.parsed_options if self._view is None else self._view
+
+    @property
+    def persona_name(self) -> str:
+        return "" if self.persona is None else self.persona.name
 
     def on_start(self):
         self.client = None
@@ -73,6 +85,7 @@ class ChatStreamUser(User):
         self.paired: tuple | None = None  # paired mode: (client settings, client, its own WireClock)
         self.sessions_of: LoadContext | None = None  # the context whose source was last asked ...
         self.sessions = False  # ... whether it plays conversations (checked once per context)
+        self._view = None if self.persona is None else OptionsView(self.environment, self.persona.overrides)
 
     def _client_for(self, ctx: LoadContext):
         """This user's client, rebuilt when the host, key or timeouts change (web UI runs)."""
@@ -92,7 +105,7 @@ class ChatStreamUser(User):
     def stream_completion(self):
         plugin = self.plugin
         try:
-            ctx = plugin.workload.context()
+            ctx = plugin.workload.context(self._view, self.persona_name)
             api = endpoint(ctx.spec.endpoint)
             client = self._client_for(ctx)
             if ctx is not self.sessions_of:  # once per context, not per request
@@ -134,7 +147,8 @@ class ChatStreamUser(User):
     def _request(self, ctx: LoadContext, api: Endpoint, prompt, rendered, labels: Labels,
                  arrival: Arrival | None) -> "_Request":
         max_tokens = getattr(prompt, "max_tokens", None) or ctx.spec.max_tokens  # a source may set its own
-        body = api.body(ctx.model, max_tokens, rendered, ctx.continuous_usage, ctx.ignore_eos)
+        body = api.body(ctx.model, max_tokens, rendered, ctx.continuous_usage, ctx.ignore_eos,
+                        tools=str(getattr(self.options, "tools", "none") or "none"))
         if self.extra_headers:
             body["extra_headers"] = dict(self.extra_headers)  # the SDK's per-request headers, read at send time
         return _Request(ctx, api, body, prompt, max_tokens, labels, arrival, next(self.numbers))
@@ -144,12 +158,12 @@ class ChatStreamUser(User):
         think time separates a reply from the next turn (the run's stop interrupts it). A failed
         turn ends the session; the next task starts the next conversation."""
         plugin = self.plugin
-        problem = session_option_errors(self.environment.parsed_options)
+        problem = session_option_errors(self.options)
         if problem:
             plugin.failures.fail_run(problem, once="sessions", workers_quit=False)
             raise StopUser()
-        deal = dealer(plugin)
-        session = deal.next(ctx, self._labels(None).run_id, self.environment.parsed_options)
+        deal = dealer(plugin) if self.persona is None else persona_dealer(plugin, self.persona_name)
+        session = deal.next(ctx, self._labels(None).run_id, self.options)
         while True:
             prompt = session.next_turn()
             if prompt is None:
@@ -179,9 +193,11 @@ class ChatStreamUser(User):
         worker_id = self.plugin.worker_id
         # paired mode: target b's copy gets its own id and its own Locust name ("chat-b")
         b = "b" if target == "b" else ""
+        # A persona's requests have their own Locust stats rows: request type "chat:<persona>".
+        persona = self.persona_name
         return RequestInfo(labels=request.labels, worker_id=worker_id, request_id=f"{worker_id}:{request.number}{b}",
-                           request_type=request.api.name + ("-b" if b else ""), sent_at_s=wire.sent_at_s,
-                           sent_perf_s=wire.sent_perf_s)
+                           request_type=request.api.name + ("-b" if b else "") + (f":{persona}" if persona else ""),
+                           sent_at_s=wire.sent_at_s, sent_perf_s=wire.sent_perf_s, persona=persona)
 
     def _report(self, request: "_Request", wire: WireClock, target: str) -> RequestReport:
         plugin = self.plugin
@@ -219,7 +235,7 @@ class ChatStreamUser(User):
             report.finish(request.record(report, timer, result, failure, end_perf_s, target))
 
         try:
-            limits = StreamLimits(request.max_tokens, int(getattr(self.environment.parsed_options, "max_event_bytes",
+            limits = StreamLimits(request.max_tokens, int(getattr(self.options, "max_event_bytes",
                                                                   DEFAULT_MAX_EVENT_BYTES)))
             with wire.active():
                 request.api.stream(client, request.body, on_content, result, limits)
@@ -291,4 +307,5 @@ class _Request:
             intended_perf_s=None if arrival is None else arrival.intended_perf_s,
             queue_ms=None if arrival is None else arrival.queue_ms,
             target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "",
-            session_id=self.prompt.session_id or "", turn=self.prompt.turn, trimmed_turns=self.prompt.trimmed_turns)
+            session_id=self.prompt.session_id or "", turn=self.prompt.turn, trimmed_turns=self.prompt.trimmed_turns,
+            **result.events(info.sent_perf_s))

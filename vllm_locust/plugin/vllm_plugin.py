@@ -8,6 +8,7 @@ adds its own listeners to ``environment.events``:
 - ``failures``: ``RunFailures`` (stop the run: one line, exit 2) and ``Verdict`` (the exit code at stop)
 - ``runstate``: the run state (run id, phase, concurrency, step, schedule), broadcast to workers
 - ``runstart``: the deciding process's checks before anything is sent, and the run id
+- ``personas``: ``--personas`` as user classes (made at ``init``) and each persona's checks at start
 - ``openloop``: the arrival schedule and this process's pacer
 - ``tracereplay``: a trace's schedule (its own send times) and the run's end when the trace ends
 - ``liveview``: the target's /metrics, the client's percentiles over time, the run's markers
@@ -43,6 +44,7 @@ from .openloop import OpenLoop
 from .tracereplay import TraceReplay
 from .options import STEP_OPTIONS, resolve_api_key
 from .peers import PeerGuard
+from .personas import PersonaStart, install as install_personas
 from .recording import Recording
 from .runstart import RunStart
 from .runstate import RunStateBroadcast
@@ -77,17 +79,19 @@ class VllmPlugin:
     """The suite's concerns for one Locust process, attached to its ``Environment``."""
 
     ATTRIBUTE = "vllm_locust"
-    PARTS = ("failures", "run", "start", "view", "master", "open_loop", "trace", "self_audit", "recording", "worker",
+    PARTS = ("failures", "run", "start", "persona_start", "view", "master", "open_loop", "trace", "self_audit", "recording", "worker",
              "verdict", "record")  # the order their listeners are added (see the module's docstring)
 
-    def __init__(self, environment, worker_id: str | None = None):
+    def __init__(self, environment, worker_id: str | None = None, personas: list | None = None):
         self.environment = environment
+        self.personas = list(personas or ())  # --personas: ``core.personas.Persona`` each, in file order
         self.worker_id = worker_id or process_worker_id()  # tests name theirs
         self.hidden_options: set[str] = set()  # flags this environment's web form does not offer
         peers = PeerGuard.from_options(environment.parsed_options)  # --worker-token, out of the options
         self.failures = RunFailures(environment)
         self.run = RunStateBroadcast(environment)
         self.start = RunStart(environment, self.run, self.failures)
+        self.persona_start = PersonaStart(environment, self.run, self.failures, self.personas)
         self.clients = ClientFactory(environment)
         self.refusals = RefusalWatch(environment, self.failures)
         self.workload = Workload(environment, self.failures)
@@ -131,7 +135,8 @@ class VllmPlugin:
                 environment.shape_class = None
             elif steps_note(options) and not isinstance(environment.runner, WorkerRunner):
                 logger.info("%s", steps_note(options))
-        plugin = cls(environment)
+        personas = install_personas(environment)  # before any user: a bad file is exit 2 here
+        plugin = cls(environment, personas=personas)
         if environment.shape_class is None:
             plugin.hidden_options.update(STEP_OPTIONS)  # a web-UI run would ignore them: not offered
         if options is not None:

@@ -14,6 +14,7 @@ from ..core.arrivals import check_burstiness, parse_rates
 from .options import OPTIONS, as_bool, parse_steps, workload_spec
 from .sessions import session_option_errors
 from .tracereplay import trace_errors
+from ..backend.endpoints import tools_error
 from ..core.schema import load_record_file
 
 
@@ -51,7 +52,8 @@ def option_errors(ns: Namespace, shaped: bool) -> str | None:
         check_burstiness(float(ns.burstiness))
     except ValueError as err:
         return str(err)
-    error = session_option_errors(ns) or trace_errors(ns)
+    error = (session_option_errors(ns) or trace_errors(ns)
+             or tools_error(str(ns.endpoint), str(getattr(ns, "tools", "none") or "none")))
     if error:
         return error
     if float(getattr(ns, "step_duration", 1) or 0) <= 0:

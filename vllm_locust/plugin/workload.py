@@ -30,16 +30,18 @@ class Workload:
     def __init__(self, environment, failures):
         self.environment = environment
         self.failures = failures
-        self._context: LoadContext | None = None
+        self._contexts: dict[str, LoadContext] = {}  # persona ("" without --personas) -> its context
         self._lock = gevent.lock.Semaphore()
 
-    def context(self) -> LoadContext:
-        """The process's workload context, built on first use and rebuilt when the options change."""
+    def context(self, options=None, persona: str = "") -> LoadContext:
+        """The workload context of the process (of ``persona``, built from its options view), built
+        on first use and rebuilt when the options change."""
         with self._lock:
-            ctx = self._context
-            if ctx is None or ctx.key != context_key(self.environment):
-                ctx = self._context = build_context(self.environment)
-                logger.info("workload %s: %d prompt bodies of %s tokens%s for model %s; per-chunk usage %s",
+            ctx = self._contexts.get(persona)
+            if ctx is None or ctx.key != context_key(self.environment, options):
+                ctx = self._contexts[persona] = build_context(self.environment, options)
+                logger.info("%sworkload %s: %d prompt bodies of %s tokens%s for model %s; per-chunk usage %s",
+                            f"persona {persona}: " if persona else "",
                             ctx.spec.name, len(ctx.prompts), prompt_lengths(ctx.prompts),
                             ", each request uniquely tagged" if ctx.workload.atoms else " (sent as they are)", ctx.model,
                             "on" if ctx.continuous_usage else "off")

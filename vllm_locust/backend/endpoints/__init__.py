@@ -18,21 +18,31 @@ class Endpoint:
     name = ""
     prompt_field = ""
     prompt_form = "messages"
+    tool_modes: tuple[str, ...] = ("none",)  # the ``--tools`` values it can send (chat: forced, auto)
 
     def resource(self, client):
         """The SDK resource whose ``create`` this endpoint calls."""
         raise NotImplementedError
 
-    def body(self, model: str, max_tokens: int, prompt, continuous_usage: bool = False, ignore_eos: bool = False) -> dict:
-        """Keyword arguments for the SDK's ``create``: fixed output length, usage in the stream."""
+    def body(self, model: str, max_tokens: int, prompt, continuous_usage: bool = False, ignore_eos: bool = False,
+             tools: str = "none") -> dict:
+        """Keyword arguments for the SDK's ``create``: fixed output length, usage in the stream, and
+        ``--tools`` (``tool_fields``). A tool call ends when its arguments are complete: with tools,
+        no ``ignore_eos`` (max_tokens stays the cap)."""
         stream_options = {"include_usage": True}
         if continuous_usage:
             stream_options["continuous_usage_stats"] = True  # vLLM: running token count on every chunk
         body = dict(model=model, max_tokens=max_tokens, stream=True, stream_options=stream_options)
-        if ignore_eos:
+        if tools != "none":
+            body.update(self.tool_fields(tools))
+        elif ignore_eos:
             body["extra_body"] = {"ignore_eos": True}  # vLLM's extension: exactly max_tokens out
         body[self.prompt_field] = prompt
         return body
+
+    def tool_fields(self, tools: str) -> dict:
+        """The body's ``tools`` and ``tool_choice`` for ``--tools`` (see ``tools_error``)."""
+        raise ValueError(tools_error(self.name, tools) or f"--tools {tools}: not supported by --endpoint {self.name}")
 
     def stream(self, client, body: dict, on_content: Callable[[int, float, int | None], None], result: StreamResult,
                limits: StreamLimits) -> StreamResult:
@@ -62,6 +72,20 @@ def endpoint(name: str) -> Endpoint:
 
 def names() -> list[str]:
     return list(ENDPOINTS)
+
+
+TOOL_MODES = ("none", "forced", "auto")  # --tools: no tools; one tool named in tool_choice; tool_choice "auto"
+
+
+def tools_error(endpoint_name: str, tools: str) -> str | None:
+    """One line when ``--tools`` cannot go with ``--endpoint`` (or is unknown), else None: checked
+    before any load (completions carry no tools)."""
+    if tools not in TOOL_MODES:
+        return f"--tools {tools!r}: choose one of {', '.join(TOOL_MODES)}"
+    api = ENDPOINTS.get(endpoint_name)
+    if api is not None and tools not in api.tool_modes:
+        return f"--tools {tools} with --endpoint {endpoint_name}: only {', '.join(n for n, e in ENDPOINTS.items() if tools in e.tool_modes)} sends tools"
+    return None
 
 
 from . import chat, completions  # noqa: E402,F401 - each registers itself

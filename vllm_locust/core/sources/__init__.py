@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from ..tokens import TokenCounter
     from ..workloads import WorkloadSpec
 
-__all__ = ["NAMES", "SOURCES", "Prompt", "Source", "Workload", "describe", "register", "source", "unregister"]
+__all__ = ["NAMES", "SOURCES", "Prompt", "Source", "Workload", "describe", "register", "shares_prefixes", "source",
+           "unregister"]
 
 
 class Source:
@@ -36,6 +37,7 @@ class Source:
     name = ""
     help = ""  # one phrase for ``--workload``'s help
     cacheable = True  # built prompts are cached on disk (False: building is cheap, or too large to cache)
+    shares_prefixes = False  # requests share prompt prefixes on purpose (a system prompt, a history, a trace's blocks)
 
     def build(self, spec: "WorkloadSpec", counter: "TokenCounter") -> Workload:
         """The pool, in a fixed order (the same on every process), and its tag alphabet."""
@@ -89,3 +91,10 @@ def describe() -> str:
 
 # The built-in sources register themselves on import; their order is the order of the choices.
 from . import fixed, mixed, shared_prefix, sharegpt, custom, trace, conversation  # noqa: E402,F401
+
+
+def shares_prefixes(name: str) -> bool:
+    """Whether the source ``name`` shares prompt prefixes on purpose (a prefix-cache hit is then the
+    point, not a repeat); an unknown name does not."""
+    found = SOURCES.get(name)
+    return bool(found is not None and found.shares_prefixes)

@@ -107,6 +107,7 @@ class Measure:
 
 @register("conversation")
 class Conversation(Source):
+    shares_prefixes = True
     help = ("multi-turn sessions of a ShareGPT JSON file (--dataset-path): each user plays a conversation, "
             "sending the history with the server's replies (--think-time, --max-turns)")
     sessions = True  # users play whole conversations (plugin/sessions.py), not one request per task

@@ -10,6 +10,7 @@ from .records import TEXT
 
 @register("shared-prefix")
 class SharedPrefix(SyntheticSource):
+    shares_prefixes = True
     help = "one system prompt before every request"
 
     def system_prompt(self, spec, words, counter):

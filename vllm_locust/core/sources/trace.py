@@ -140,6 +140,7 @@ def layout(index: int, ids: tuple[int, ...], words: int, n: int) -> tuple[tuple[
 
 @register("trace")
 class TraceSource(Source):
+    shares_prefixes = True
     help = ("timed replay of a Mooncake JSONL or BurstGPT CSV trace (--dataset-path): each row's lengths and "
             "arrival, blocks shared by hash_id; the whole trace is the pool (--prompt-pool ignored)")
     cacheable = False  # building is cheap (no count per row) and a trace's texts are too large to cache

@@ -1,0 +1,33 @@
+"""The checklist's "prompts did not repeat into the prefix cache" item: a hit rate is a repeat only
+for workloads that share no prefix on purpose (seen on the H200: conversation and trace runs, whose
+sharing is the point, were flagged as repeated prompts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.checklist import repeated_into_cache
+from analysis.load import Run
+
+
+def run(workload: str, hits: float, key: str) -> Run:
+    metrics = pd.DataFrame([
+        {"t_s": t, "name": name, "labels": "{}", "value": value}
+        for t, (queries, hit) in enumerate([(0.0, 0.0), (1000.0, hits)])
+        for name, value in (("vllm:prefix_cache_queries_total", queries), ("vllm:prefix_cache_hits_total", hit))])
+    record = {"profile": key, "concurrency": 4, "repeat": 1}
+    return Run(Path("."), record, pd.DataFrame(), pd.DataFrame({"workload": [workload]}), metrics)
+
+
+@pytest.mark.parametrize("workload,flagged", [("fixed", True), ("mixed", True), ("sharegpt", True), ("custom", True),
+                                              ("conversation", False), ("trace", False), ("shared-prefix", False),
+                                              ("someone-elses-source", True)])
+def test_a_hit_rate_is_a_repeat_only_where_nothing_is_shared_on_purpose(workload, flagged):
+    assert bool(repeated_into_cache([run(workload, 600.0, workload)])) is flagged
+
+
+def test_a_low_hit_rate_is_never_flagged():
+    assert repeated_into_cache([run("fixed", 50.0, "fixed")]) == []

@@ -1,0 +1,227 @@
+"""Stream events past the first token on scripted streams: reasoning then answer (both vLLM keys),
+tool calls with split arguments, and a plain stream that gets none of it; the chat body's tools;
+the Locust events fired once per request; the mock's reasoning and tool-call modes."""
+
+from __future__ import annotations
+
+import json
+
+import httpx2
+import pytest
+
+from vllm_locust.backend.endpoints import endpoint, tools_error
+from vllm_locust.core.outcome import Failure, Outcome
+from vllm_locust.core.record import Labels, RequestInfo, RequestRecord
+from vllm_locust.core.reporting import RequestReport
+from vllm_locust.core.schema import E2E, TOOL_ARGS, TOOL_CALL, TTFA, TTFR, TTFT
+from vllm_locust.core.stream import StreamResult, consume, read_stream
+
+SENT = 10.0  # the send instant (perf_counter s) the scripted arrivals count from
+
+
+def delta(finish=None, usage=None, **fields):
+    chunk = {"choices": [{"index": 0, "delta": fields, "finish_reason": finish}]}
+    if usage is not None:
+        chunk["usage"] = {"prompt_tokens": 5, "completion_tokens": usage, "total_tokens": 5 + usage}
+    return chunk
+
+
+def call(index, arguments=None, name=None):
+    """One ``delta.tool_calls`` entry: the first of a call carries its id and name."""
+    entry = {"index": index, "function": {}}
+    if name is not None:
+        entry.update(id=f"call_{index}", type="function")
+        entry["function"]["name"] = name
+    if arguments is not None:
+        entry["function"]["arguments"] = arguments
+    return entry
+
+
+def scripted(*chunks):
+    """Chunk ``k`` arrives at ``SENT + (k + 1) / 10`` s, then ``[DONE]``."""
+    pairs = [(SENT + (k + 1) / 10, json.dumps(c).encode()) for k, c in enumerate(chunks)]
+    return pairs + [(SENT + 9, b"[DONE]")]
+
+
+def events_of(*chunks, result=None):
+    result = consume(scripted(*chunks), result=result)
+    return result, result.events(SENT)
+
+
+@pytest.mark.parametrize("key", ["reasoning_content", "reasoning"])
+def test_reasoning_then_answer_times_both_parts(key):
+    result, ev = events_of(delta(role="assistant", content=""), delta(**{key: "think"}), delta(**{key: "more"}),
+                           delta(**{key: "still"}), delta(content="The"), delta(content=" answer", finish="stop"))
+    assert result.content_chunks == 5  # reasoning is content: TTFT is the first token of any kind
+    assert ev["ttfr_ms"] == pytest.approx(200.0) and ev["ttfa_ms"] == pytest.approx(500.0)
+    assert ev["reasoning_tokens"] == 3 and ev["answer_tokens"] == 2
+    assert ev["tool_call_ms"] is None and ev["tool_args_ms"] is None and ev["tool_calls"] is None
+
+
+def test_running_usage_counts_each_parts_tokens():
+    _, ev = events_of(delta(role="assistant", content="", usage=0), delta(reasoning_content="a", usage=3),
+                      delta(reasoning_content="b", usage=4), delta(content="c", usage=6),
+                      delta(content="d", finish="length", usage=7))
+    assert ev["reasoning_tokens"] == 4 and ev["answer_tokens"] == 3
+
+
+def test_reasoning_cut_off_before_any_answer_has_no_ttfa():
+    _, ev = events_of(delta(reasoning="a"), delta(reasoning="b", finish="length"))
+    assert ev["ttfr_ms"] == pytest.approx(100.0) and ev["ttfa_ms"] is None
+    assert ev["reasoning_tokens"] == 2 and ev["answer_tokens"] == 0
+
+
+def test_answer_chunks_before_the_first_reasoning_delta_still_count():
+    _, ev = events_of(delta(content="x"), delta(content="y"), delta(reasoning_content="r"), delta(content="z", finish="stop"))
+    assert ev["ttfa_ms"] == pytest.approx(100.0) and ev["ttfr_ms"] == pytest.approx(300.0)
+    assert ev["answer_tokens"] == 3 and ev["reasoning_tokens"] == 1
+
+
+def test_one_tool_call_with_split_arguments_is_content_and_timed():
+    result, ev = events_of(
+        delta(role="assistant", content=""), delta(tool_calls=[call(0, "", name="get_weather")]),
+        delta(tool_calls=[call(0, '{"city": ')]), delta(tool_calls=[call(0, '"Par')]),
+        delta(tool_calls=[call(0, 'is"}')]), delta(finish="tool_calls", tool_calls=[]))
+    assert result.content_chunks == 4 and result.finish_reason == "tool_calls"  # not "without any content"
+    assert ev["tool_call_ms"] == pytest.approx(200.0) and ev["tool_args_ms"] == pytest.approx(500.0)
+    assert ev["tool_calls"] == 1
+    assert ev["ttfr_ms"] is None and ev["ttfa_ms"] is None and ev["answer_tokens"] == 0
+
+
+def test_two_tool_calls_are_counted_by_index_and_args_end_at_the_last_piece():
+    _, ev = events_of(delta(tool_calls=[call(0, "", name="a")]), delta(tool_calls=[call(0, '{"x": 1}')]),
+                      delta(tool_calls=[call(1, "", name="b")]), delta(tool_calls=[call(1, '{"y"')]),
+                      delta(tool_calls=[call(1, ': 2}')]), delta(tool_calls=[call(1)], finish="tool_calls"))
+    assert ev["tool_calls"] == 2
+    assert ev["tool_call_ms"] == pytest.approx(100.0) and ev["tool_args_ms"] == pytest.approx(500.0)
+
+
+def test_a_plain_stream_has_no_stream_events():
+    result, ev = events_of(delta(role="assistant", content=""), delta(content="a"), delta(content="b", finish="stop"))
+    assert result.parts is None and ev == {}
+    record = RequestRecord(info=info(), endpoint="chat", model="m", workload="fixed", prompt_index=0,
+                           prompt_kind="fixed", end_perf_s=SENT + 1, last_perf_s=SENT + 0.3, ttft_ms=200.0,
+                           e2e_ms=300.0, tpot_ms=100.0, output_tokens=2, prompt_tokens=5, completion_tokens=2,
+                           content_chunks=2, finish_reason="stop", failure=None, **ev)
+    row = record.row()
+    assert [row.ttfr_ms, row.ttfa_ms, row.reasoning_tokens, row.answer_tokens, row.tool_call_ms, row.tool_args_ms,
+            row.tool_calls] == [None] * 7
+
+
+def test_completions_text_stays_a_plain_stream():
+    result = consume(scripted({"choices": [{"index": 0, "text": "a", "finish_reason": None}]},
+                              {"choices": [{"index": 0, "text": "b", "finish_reason": "length"}]}))
+    assert result.content_chunks == 2 and result.parts is None
+
+
+# --- the request body ---------------------------------------------------------------------------
+
+def test_forced_and_auto_tools_in_the_chat_body():
+    forced = endpoint("chat").body("m", 8, [{"role": "user", "content": "hi"}], ignore_eos=True, tools="forced")
+    name = forced["tools"][0]["function"]["name"]
+    assert forced["tool_choice"] == {"type": "function", "function": {"name": name}}
+    assert "extra_body" not in forced  # a tool call ends when its arguments are complete
+    auto = endpoint("chat").body("m", 8, [], tools="auto")
+    assert auto["tool_choice"] == "auto" and len(auto["tools"]) == 1
+    plain = endpoint("chat").body("m", 8, [], ignore_eos=True)
+    assert "tools" not in plain and "tool_choice" not in plain and plain["extra_body"] == {"ignore_eos": True}
+
+
+def test_tools_with_completions_is_one_line():
+    message = tools_error("completions", "forced")
+    assert message and "\n" not in message and "--tools forced" in message and "completions" in message
+    assert tools_error("chat", "forced") is None and tools_error("completions", "none") is None
+    assert "choose one of" in tools_error("chat", "always")
+    with pytest.raises(ValueError, match="completions"):
+        endpoint("completions").body("m", 8, "hi", tools="auto")
+
+
+# --- Locust events ------------------------------------------------------------------------------
+
+class FakeEvents:
+    """``environment.events.request.fire`` that keeps what was fired."""
+
+    def __init__(self):
+        self.fired: list[dict] = []
+        self.events = self
+        self.request = self
+
+    def fire(self, **kwargs):
+        self.fired.append(kwargs)
+
+
+def info() -> RequestInfo:
+    return RequestInfo(Labels("r", "measured", 1, None), "w", "w:1", "chat", 100.0, SENT)
+
+
+def record_of(ev: dict, failure: Failure | None = None) -> RequestRecord:
+    return RequestRecord(info=info(), endpoint="chat", model="m", workload="fixed", prompt_index=0, prompt_kind="fixed",
+                         end_perf_s=SENT + 1, last_perf_s=SENT + 0.5, ttft_ms=100.0,
+                         e2e_ms=None if failure else 500.0, tpot_ms=None, output_tokens=5, prompt_tokens=5,
+                         completion_tokens=None, content_chunks=5, finish_reason="tool_calls", failure=failure, **ev)
+
+
+def fired_names(ev: dict, failure: Failure | None = None) -> list[str]:
+    env = FakeEvents()
+    RequestReport(env, None, info()).finish(record_of(ev, failure))
+    return [f["name"] for f in env.fired]
+
+
+def test_each_stream_event_is_fired_once_per_request_by_its_schema_name():
+    _, reasoning = events_of(delta(reasoning_content="a"), delta(content="b", finish="stop"))
+    _, tools = events_of(delta(tool_calls=[call(0, '{"a"', name="f")]), delta(tool_calls=[call(0, ": 1}")], finish="tool_calls"))
+    assert sorted(fired_names(reasoning)) == sorted([TTFR, TTFA, E2E])
+    assert sorted(fired_names(tools)) == sorted([TOOL_CALL, TOOL_ARGS, E2E])
+    assert fired_names({}) == [E2E]  # a plain stream: nothing new
+
+
+def test_a_failed_tool_stream_keeps_its_tool_call_but_not_complete_arguments():
+    _, tools = events_of(delta(tool_calls=[call(0, '{"a"', name="f")]), delta(tool_calls=[call(0, ": 1}")], finish="length"))
+    names = fired_names(tools, Failure(Outcome.STREAM_INCOMPLETE, "broke"))
+    assert TOOL_CALL in names and TOOL_ARGS not in names and TTFT not in names
+
+
+# --- the mock's modes ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mock():
+    from vllm_locust.mock.server import start_in_thread
+
+    server = start_in_thread(ttft_ms=1, itl_ms=1)
+    yield server
+    server.stop()
+
+
+def stream_from(mock, body: dict) -> StreamResult:
+    with httpx2.Client() as client:
+        with client.stream("POST", mock.url + "/v1/chat/completions", json=body,
+                           headers={"Accept-Encoding": "identity"}) as response:
+            return read_stream(response)
+
+
+@pytest.mark.parametrize("key", ["reasoning_content", "reasoning"])
+def test_the_mocks_reasoning_mode_sends_its_script(mock, key):
+    mock.configure(ttft_ms=1, itl_ms=1, mode="reasoning", reasoning_tokens=3, reasoning_key=key, log_bodies=True)
+    result = stream_from(mock, {"model": "fake-model", "max_tokens": 8, "stream": True,
+                                "messages": [{"role": "user", "content": "hi"}]})
+    ev = result.events(0.0)
+    assert ev["reasoning_tokens"] == 3 and ev["answer_tokens"] == 5 and ev["ttfr_ms"] < ev["ttfa_ms"]
+    assert mock.log()[0]["reply"].split() == ["t3", "t4", "t5", "t6", "t7"]  # the answer only
+
+
+def test_the_mocks_tool_call_mode_calls_the_named_tool(mock):
+    mock.configure(ttft_ms=1, itl_ms=1, mode="tool-call", log_bodies=True)
+    body = endpoint("chat").body("fake-model", 6, [{"role": "user", "content": "hi"}], tools="forced")
+    with httpx2.Client() as client:
+        with client.stream("POST", mock.url + "/v1/chat/completions", json=body,
+                           headers={"Accept-Encoding": "identity"}) as response:
+            pieces = [json.loads(line[6:]) for line in response.iter_lines()
+                      if line.startswith("data: {")]
+    calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in pieces if c["choices"] and
+             "tool_calls" in c["choices"][0]["delta"]]
+    assert calls[0]["function"]["name"] == body["tool_choice"]["function"]["name"] and calls[0]["id"]
+    assert len(calls) == 6  # max_tokens: the name, then five argument pieces
+    assert json.loads("".join(c["function"]["arguments"] for c in calls)) == {"city": "t0 t1 t2 "}
+    assert [c["choices"][0]["finish_reason"] for c in pieces if c["choices"]][-1] == "tool_calls"
+    logged = mock.log()[0]["body"]
+    assert logged["tool_choice"] == body["tool_choice"] and logged["tools"] == body["tools"]
