@@ -214,10 +214,10 @@ def models_of(runs: list[Run]) -> dict[str, set[str]]:
 
 def check_same_model(runs: list[Run], allow: bool) -> str | None:
     """Labels that sent to different model names are refused, unless ``allow`` (another engine
-    serving the same weights under another name): then a note for the report."""
+    serving the same weights under another name): then a note for the report. One label may send
+    to several (personas on a base model and its LoRA adapters): the labels must send to the same set."""
     models = models_of(runs)
-    names = set().union(*models.values()) if models else set()
-    if len(names) <= 1:
+    if len({frozenset(m) for m in models.values()}) <= 1:
         return None
     listing = "; ".join(f"{p}: {', '.join(sorted(m))}" for p, m in sorted(models.items()))
     if not allow:

@@ -9,6 +9,9 @@ SUITE_PY=${SUITE_PYTHON:-$ROOT/.venv/bin/python}
 HEALTH_TIMEOUT=${HEALTH_TIMEOUT:-600}
 # Keys serve.sh sets itself from the environment (MODEL, SERVED_MODEL_NAME, TP, HOST, PORT).
 SERVE_KEYS=" model served-model-name tensor-parallel-size host port "
+# Flags that take several arguments: the profile's value is space-separated, one argument each
+# (lora-modules=a=models/lora-a b=models/lora-b); a relative NAME=PATH under the repo is made absolute.
+LIST_KEYS=" lora-modules "
 
 die() { echo "launch: $*" >&2; exit 2; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
@@ -79,6 +82,16 @@ build_command() {
   for key in "${P_KEYS[@]}"; do
     [[ "$SERVE_KEYS" == *" $key "* ]] && continue
     value=${P_VALUES[$key]}
+    if [[ "$LIST_KEYS" == *" $key "* ]]; then
+      local item items=() parts
+      read -ra parts <<< "$value"  # split on spaces, never glob
+      for item in "${parts[@]}"; do
+        [[ "$item" != *=* || "${item#*=}" == /* || ! -e "$ROOT/${item#*=}" ]] || item="${item%%=*}=$ROOT/${item#*=}"
+        items+=("$item")
+      done
+      SERVER_CMD+=("--$key" "${items[@]}")
+      continue
+    fi
     case "$value" in
       true) SERVER_CMD+=("--$key") ;;
       false) SERVER_CMD+=("--no-$key") ;;

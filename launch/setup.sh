@@ -27,3 +27,4 @@ if [[ ! -f models/tiny/config.json ]]; then
   .venv/bin/python launch/make_tiny_model.py models/tiny >/dev/null
   echo "setup: made models/tiny"
 fi
+for a in a:1 b:2; do [[ -f models/lora-${a%:*}/adapter_config.json ]] || .venv/bin/python launch/make_lora.py models/lora-${a%:*} --base models/tiny --seed ${a#*:} >/dev/null; done  # two LoRA adapters (profiles/lora-cpu.conf)

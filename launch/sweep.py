@@ -149,6 +149,26 @@ def parse_with_sweep(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     return args
 
 
+# Options each worker must be given itself: read at its start, before the master's options reach it
+# (a worker without --personas had no persona classes: KeyError on the master's first spawn).
+WORKER_OPTIONS = ("--personas",)
+
+
+def worker_args(locust_args: list[str]) -> list[str]:
+    """The ``WORKER_OPTIONS`` among the Locust arguments, with their values (``--opt V`` or ``--opt=V``)."""
+    out, i = [], 0
+    while i < len(locust_args):
+        arg = locust_args[i]
+        if arg in WORKER_OPTIONS and i + 1 < len(locust_args):
+            out += locust_args[i:i + 2]
+            i += 2
+            continue
+        if arg.split("=", 1)[0] in WORKER_OPTIONS and "=" in arg:
+            out.append(arg)
+        i += 1
+    return out
+
+
 def without_api_key(locust_args: list[str]) -> tuple[list[str], str]:
     """Take ``--api-key KEY`` (or ``--api-key=KEY``) out of Locust's arguments: the key travels in
     the environment, never on a command line (process listings) or in ``run.json``'s arguments."""
@@ -535,7 +555,8 @@ class Sweep:
                         for _ in range(n_workers):
                             workers.append(subprocess.Popen(
                                 [*pin, sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
-                                 "--master-host", "127.0.0.1", "--master-port", port],
+                                 "--master-host", "127.0.0.1", "--master-port", port,
+                                 *worker_args(self.args.locust_args)],
                                 stdout=wlog, stderr=subprocess.STDOUT, cwd=ROOT))
                     cmd = [*common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
                            "--expect-workers", str(n_workers)]

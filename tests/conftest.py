@@ -141,3 +141,13 @@ def locust_web_ui(host: str, log: Path, *args: str, env: dict | None = None):
     finally:
         ui.terminate()
         ui.wait(timeout=60)
+
+
+def headless(host: str, out: Path, *args: str, timeout: int = 180):
+    """Real ``locust --headless`` on the project's locustfile against ``host``: raw rows under ``out``,
+    no prompt cache, the summary on stderr; the completed process."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", host, "--headless",
+           "--only-summary", "--samples-dir", str(out), "--prompt-cache-dir", "", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)

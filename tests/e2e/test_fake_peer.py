@@ -15,21 +15,24 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import astuple, replace
 from pathlib import Path
 
 from locust.rpc import Message
 from locust.rpc.zmqrpc import Client
 
 from tests.conftest import free_port, start_fake_server
+from vllm_locust.core.schema import SampleRow, names_of
 from tests.e2e.test_secrets_and_bad_input import LOAD, ROOT
 
 RUN, TOKEN = "peers", "tok-0123456789-shared"
-SAMPLE_HEADER = ("run_id,worker_id,request_id,metric,value_ms,t_s,phase,concurrency,step,tokens,request_rate\r\n")
+SAMPLE_HEADER = ",".join(names_of(SampleRow)) + "\r\n"
 
 
 def sample_rows(worker_id: str, value="0.5", n=1, run_id=RUN) -> str:
     out = io.StringIO()
-    csv.writer(out).writerows([[run_id, worker_id, f"f{i}", "TTFT", value, "1700000000.0", "measured", "2", "", "1", ""]
+    row = SampleRow(run_id, worker_id, "f", "TTFT", value, "1700000000.0", "measured", 2, None, 1)  # the schema's columns
+    csv.writer(out).writerows([[("" if v is None else v) for v in astuple(replace(row, request_id=f"f{i}"))]
                                for i in range(n)])
     return out.getvalue()
 

@@ -33,6 +33,7 @@ def test_dataset_and_conversation_runs_start_from_the_web_form(tmp_path):
         with locust_web_ui(server.url, tmp_path / "locust.log", "--samples-dir", str(tmp_path / "s"),
                            "--prompt-cache-dir", "") as (base, _ui):
             run_both(server, base, custom, rows, chats)
+            replay_a_trace(server, base, tmp_path / "trace.jsonl")
     finally:
         server.stop()
 
@@ -45,7 +46,7 @@ def run_both(server, base: str, custom: Path, rows: list[dict], chats: Path) -> 
         host=server.url, workload="custom", dataset_path=custom, max_tokens="", no_unique_prompts="true"))
     assert started.status_code == 200 and started.json()["success"], started.text
     until(lambda: len(server.log()) >= 8, "eight dataset requests")
-    http.get(base + "/stop", timeout=10)
+    stop(base)
     sent = server.log()
     by_prompt = {r["prompt"]: r["output_tokens"] for r in rows}
     for record in sent:
@@ -60,7 +61,7 @@ def run_both(server, base: str, custom: Path, rows: list[dict], chats: Path) -> 
         host=server.url, workload="conversation", dataset_path=chats, max_tokens="4", think_time="0.1"))
     assert started.status_code == 200 and started.json()["success"], started.text
     until(lambda: sum("second" in json.dumps(r["body"]) for r in server.log()) >= 2, "second turns")
-    http.get(base + "/stop", timeout=10)
+    stop(base)
     sent = server.log()
     replies = {r["reply"] for r in sent}
     seconds = [r for r in sent if len(r["body"]["messages"]) >= 3]
@@ -71,3 +72,26 @@ def run_both(server, base: str, custom: Path, rows: list[dict], chats: Path) -> 
         assert "first" in first["content"] and "second" in second["content"]
         assert reply["content"] in replies, "the history carries a reply this server sent"
         assert record["body"]["max_tokens"] == 4, "--max-tokens from the form overrides the data set"
+
+
+def replay_a_trace(server, base: str, path: Path) -> None:
+    """3. A trace from the form: every row sent once, at its own length, and the test stops by itself."""
+    times = [0, 150, 300, 450, 600]
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 40 + i, "output_length": 3 + i,
+                                        "hash_ids": [i]}) + "\n" for i, t in enumerate(times)))
+    server.configure(ttft_ms=5, itl_ms=1, tokens=8, log_bodies=True)
+    started = http.post(base + "/swarm", headers={"Origin": base}, timeout=30, data=form(
+        host=server.url, workload="trace", dataset_path=path, max_tokens=""))
+    assert started.status_code == 200 and started.json()["success"], started.text
+    until(lambda: len(server.log()) >= len(times), "every row of the trace")
+    until(lambda: http.get(base + "/stats/requests", timeout=5).json()["state"] == "stopped",
+          "the trace's end to stop the test (nobody pressed Stop)")
+    sent = server.log()
+    assert sorted(r["body"]["max_tokens"] for r in sent) == [3 + i for i in range(len(times))], \
+        "each row once, with its own output_length"
+
+
+def stop(base: str) -> None:
+    """The page's Stop button: ``POST /stop``, then wait until the run has stopped (the next run is a new one)."""
+    assert http.post(base + "/stop", headers={"Origin": base}, timeout=10).ok
+    until(lambda: http.get(base + "/stats/requests", timeout=5).json()["state"] == "stopped", "the run to stop")

@@ -7,31 +7,25 @@ from __future__ import annotations
 
 import glob
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import start_fake_server
+from tests.conftest import headless
 
-ROOT = Path(__file__).resolve().parents[2]
 MAX_TOKENS = 12
 REASONING_TOKENS = 5
 
 
-@pytest.fixture(scope="module")
-def server():
-    mock = start_fake_server()
-    yield mock
-    mock.stop()
+@pytest.fixture
+def server(fake_server):
+    return fake_server
 
 
 def locust(server, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url, "--headless",
-           "--only-summary", "-u", "2", "-r", "2", "-t", "4s", "--samples-dir", str(out), "--prompt-cache-dir", "",
-           "--prompt-tokens", "16", "--max-tokens", str(MAX_TOKENS), *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return headless(server.url, out, "-u", "2", "-r", "2", "-t", "4s", "--prompt-tokens", "16", "--max-tokens",
+                    str(MAX_TOKENS), *extra, timeout=120)
 
 
 def ok_rows(out: Path) -> pd.DataFrame:

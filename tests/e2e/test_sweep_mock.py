@@ -83,3 +83,19 @@ def test_sweep_refuses_bad_arguments(tmp_path):
     assert proc.returncode != 0 and "cannot reach http://127.0.0.1:9/v1/models" in proc.stderr
     proc = sweep("--profiles", "baseline-cpu,nope", "--out", str(tmp_path))
     assert proc.returncode != 0 and "unknown profile 'nope'" in proc.stderr
+
+
+def test_a_personas_sweep_with_workers_gives_each_worker_the_personas(fake_server, tmp_path):
+    """Seen on the H200: with --workers 2 the sweep started its workers without --personas; they had no
+    persona classes and died on the master's first spawn (KeyError), the run measured nothing."""
+    fake_server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+    personas = tmp_path / "p.toml"
+    personas.write_text('[[persona]]\nname = "tenant_a"\nweight = 3\n\n[[persona]]\nname = "tenant_b"\nweight = 1\n'
+                        'max_tokens = 2\n')
+    out = tmp_path / "runs"
+    proc = sweep("--external-url", fake_server.url, "--label", "mix", "--concurrency", "4", "--warmup", "1",
+                 "--duration", "3", "--workers", "2", "--out", str(out), "--", "--max-tokens", "4",
+                 "--prompt-tokens", "32", "--prompt-pool", "8", "--personas", str(personas))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = pd.concat(pd.read_csv(f) for f in (out / "mix" / "c4" / "r1").glob("requests-*.csv"))
+    assert set(rows["persona"]) == {"tenant_a", "tenant_b"} and rows["worker_id"].nunique() == 2

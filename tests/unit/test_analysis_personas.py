@@ -214,3 +214,18 @@ def test_stream_event_columns_when_recorded(tmp_path):
     assert rows["thinker"]["p95_ttfr_ms"] == pytest.approx(18.55) and pd.isna(rows["thinker"]["p50_tool_call_ms"])
     assert rows["agent"]["p50_tool_args_ms"] == pytest.approx(44.5) and pd.isna(rows["agent"]["p50_ttfa_ms"])
     assert "## Stream events" in (tmp_path / "report.md").read_text()
+
+
+def test_labels_may_each_send_to_several_models_but_the_same_set(monkeypatch):
+    """Seen: a personas run (tenants on a base model and its LoRA adapters) was refused as "the labels
+    sent to different models" with one label."""
+    import pytest as _pytest
+
+    from analysis import tidy
+
+    sets = {"baseline": {"base", "lora-a"}, "optimized": {"base", "lora-a"}}
+    monkeypatch.setattr(tidy, "models_of", lambda runs: sets)
+    assert tidy.check_same_model([], allow=False) is None
+    sets["optimized"] = {"base"}
+    with _pytest.raises(tidy.AnalysisError, match="sent to different models"):
+        tidy.check_same_model([], allow=False)

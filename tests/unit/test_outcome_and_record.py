@@ -77,7 +77,7 @@ def test_a_registered_endpoint_is_what_the_user_calls(fake_server, tmp_path):
             Counted.calls += 1
             return super().stream(client, body, on_content, result, limits)
 
-    assert dict(OPTIONS)["--endpoint"]["choices"] == ["chat", "completions"] == endpoints.names()
+    assert dict(OPTIONS)["--endpoint"]["choices"] == ["chat", "completions", "embeddings"] == endpoints.names()
     endpoints.register(Counted())
     try:
         fake_server.configure(ttft_ms=2, itl_ms=1)

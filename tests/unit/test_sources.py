@@ -97,3 +97,11 @@ def test_the_model_check_asks_the_source_for_its_longest_prompt(tiny_source):
     assert too_long(shared, "m", 59).startswith("--prefix-tokens 45 + --prompt-tokens 10 with --max-tokens 5")
     assert too_long(shared, "m", 60) is None
     assert too_long(WorkloadSpec(name=TINY, max_tokens=5), "m", 8) is None, "a source that cannot know is not checked"
+
+
+def test_an_embedding_needs_no_room_for_output():
+    """Seen: --endpoint embeddings was refused for prompts within max_model_len, counting --max-tokens
+    of output an embedding never generates."""
+    embed = WorkloadSpec(name="fixed", prompt_tokens=100, max_tokens=128, endpoint="embeddings", prompt_form="text")
+    assert too_long(embed, "m", 100) is None
+    assert too_long(embed, "m", 99).startswith("--prompt-tokens 100 needs 100 tokens of context")

@@ -13,7 +13,7 @@ from vllm_locust.plugin.webform import form_errors
     ({"request_rate": "-3"}, False, "--request-rate"),
     ({"burstiness": "0"}, False, "--burstiness"),
     ({"steps": "8,a"}, True, "--steps"),
-    ({"endpoint": "embeddings"}, False, "--endpoint 'embeddings': choose one of chat, completions"),
+    ({"endpoint": "rerank"}, False, "--endpoint 'rerank': choose one of chat, completions, embeddings"),
     ({"read_timeout": "0"}, False, "--read-timeout"),
 ])
 def test_bad_values_are_named(form, shaped, message):

@@ -43,8 +43,12 @@ def too_long(spec: WorkloadSpec, model: str, max_len: int | None) -> str | None:
     if longest is None:
         return None
     prompt, options = longest
-    if prompt + spec.max_tokens <= max_len:
+    output = spec.max_tokens if endpoint(spec.endpoint).streams else 0  # an embedding generates nothing
+    if prompt + output <= max_len:
         return None
+    if not output:
+        return (f"{options} needs {prompt} tokens of context; {model} takes at most {max_len} (max_model_len in "
+                "GET /v1/models): the server would refuse every request")
     return (f"{options} with --max-tokens {spec.max_tokens} needs {prompt + spec.max_tokens} tokens of context; "
             f"{model} takes at most {max_len} (max_model_len in GET /v1/models): the server would refuse every request")
 

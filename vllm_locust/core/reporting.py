@@ -69,7 +69,8 @@ class RequestReport:
     def finish(self, record: RequestRecord) -> None:
         """The request's end: E2E and TPOT (success) or one failure (not for an interrupted
         request: the run's end is not the server's failure) to Locust, then the record to the
-        recorder. The record's own rows carry E2E and TPOT (``RequestRecord.sample_values``)."""
+        recorder. The record's own rows carry E2E and TPOT (``RequestRecord.sample_values``).
+        A request answered in one body (embeddings) has no samples and no TPOT: E2E alone."""
         outcome = record.outcome
         if self._measured:
             if record.answer_tokens is not None or record.tool_calls is not None:  # not for a plain stream

@@ -26,7 +26,8 @@ Stream-event modes (chat; completions stay plain), on the same clock, one token 
 ``reasoning_key``, ``reasoning_content`` as older vLLM or ``reasoning`` as newer, the rest answer
 ``content``) and ``tool-call`` (one tool call: a delta with its ``id`` and ``function.name``, the
 request's named ``tool_choice`` or ``get_weather``, then the arguments in pieces, one a chunk;
-finish ``tool_calls``).
+finish ``tool_calls``); ``as-asked`` gives each request its own: a tool call to a request with
+``tools``, reasoning to a request for one of ``reasoning_models``, a plain stream to the rest.
 
 Hostile modes (``hostile``, ``--hostile MODE``; none by default), one per attack a server can make
 on the client: ``huge-event`` (the first content chunk carries ``hostile_bytes`` of text),
@@ -36,7 +37,9 @@ is ``hostile_bytes`` of zeros, gzip-compressed), ``huge-headers`` (``hostile_byt
 headers), ``no-finish`` (``hostile_chunks`` content chunks whatever ``max_tokens`` said, none with
 a finish reason), ``bad-chunk-size`` (an invalid chunk size in the same write as the headers),
 ``drip`` (one byte of an event that never ends every ``drip_ms``). ``max_model_len`` (0: not
-listed) is listed in ``GET /v1/models`` as vLLM lists it. The recording server: ``log_bodies``
+listed) is listed in ``GET /v1/models`` as vLLM lists it; so are ``adapters`` (``--adapter NAME``: LoRA
+adapter names, each listed with the model as ``parent``, as vLLM lists ``--lora-modules``, and served as a
+request's ``model``; each logged request has its ``model``). The recording server: ``log_bodies``
 (``--log-bodies``) logs each request's ``messages`` or ``prompt``, ``max_tokens``, ``tools`` and
 ``tool_choice``, and the answer text it replied (``body``, ``reply``); ``distinct_replies`` makes each reply's words carry the request's
 number, so a client that sends a conversation's history can be checked to send the server's own replies. Every request's ``Accept-Encoding`` is
@@ -70,7 +73,7 @@ CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model":
           "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
           "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0,
           "log_bodies": False, "distinct_replies": False, "reasoning_tokens": 4,
-          "reasoning_key": "reasoning_content"}
+          "reasoning_key": "reasoning_content", "adapters": [], "reasoning_models": []}
 STREAM_EVENT_MODES = ("reasoning", "tool-call")
 TOOL_NAME = "get_weather"  # the tool a tool-call stream calls when the request names none
 HOSTILE_MODES = ("huge-event", "gzip", "gzip-always", "gzip-bomb-models", "huge-headers", "no-finish", "bad-chunk-size",
@@ -83,6 +86,7 @@ _SLOTS: dict = {"n": 0, "semaphore": None}
 _SLOTS_LOCK = threading.Lock()
 SERIALS = itertools.count(1)
 PREFIX_BLOCK_WORDS = 16  # the mock prefix cache's block, in words (its tokens)
+EMBEDDING_DIM = 8  # floats per embedding of POST /v1/embeddings
 
 
 def stream_slots(n: int):
@@ -217,7 +221,9 @@ class Handler(BaseHTTPRequestHandler):
             entry = {"id": CONFIG["model"], "object": "model"}
             if CONFIG.get("max_model_len"):
                 entry["max_model_len"] = int(CONFIG["max_model_len"])  # as vLLM lists it
-            self._json(200, {"object": "list", "data": [entry]})
+            adapters = [{"id": name, "object": "model", "root": f"/mock/lora/{name}", "parent": CONFIG["model"]}
+                        for name in CONFIG.get("adapters") or ()]  # as vLLM lists each --lora-modules entry
+            self._json(200, {"object": "list", "data": [entry, *adapters]})
         elif self.path == "/_log":
             with LOG_LOCK:
                 self._json(200, {"requests": list(LOG), "prefix_cache_resets": METRICS.prefix_resets,
@@ -260,6 +266,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, {})
         if self.path == "/tokenize":
             return self._json(200, {"count": tokenize_count(body), "tokens": [0] * tokenize_count(body)})
+        if self.path == "/v1/embeddings":
+            return answer_embeddings(self, body, recv)
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
             return self._json(404, {"error": {"message": f"no route {self.path}", "code": 404}})
         fault = CONFIG["mode"]
@@ -286,7 +294,7 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(float(CONFIG.get("hang_s", 30)))
             self.close_connection = True
             return
-        if body.get("model") != CONFIG["model"]:
+        if body.get("model") != CONFIG["model"] and body.get("model") not in (CONFIG.get("adapters") or ()):
             return self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
                                               "type": "NotFoundError", "param": "model", "code": 404}})
         hostile = CONFIG.get("hostile")
@@ -355,6 +363,9 @@ class Handler(BaseHTTPRequestHandler):
             tokens = int(cfg["hostile_chunks"])  # whatever max_tokens said
 
         events = cfg["mode"] if chat and cfg["mode"] in STREAM_EVENT_MODES else ""
+        if chat and cfg["mode"] == "as-asked":  # several tenants on one server: each request's own kind
+            events = ("tool-call" if body.get("tools") else
+                      "reasoning" if body.get("model") in (cfg.get("reasoning_models") or ()) else "")
         reasoning = int(cfg.get("reasoning_tokens") or 0) if events == "reasoning" else 0
         pieces = argument_pieces(tokens - 1) if events == "tool-call" else []
 
@@ -377,6 +388,7 @@ class Handler(BaseHTTPRequestHandler):
             return {**chunk, "usage": usage(done)} if continuous else chunk
 
         record = {"recv": recv, "sends": [], "role": None, "prompt_sha1": hashlib.sha1(prompt).hexdigest(),
+                  "model": body.get("model"),
                   "client_port": self.client_address[1], "accept_encoding": self.headers.get("Accept-Encoding", ""),
                   "headers": extra_headers(self.headers)}
         if cfg.get("log_bodies"):  # the recording server: what was asked, and what it answered
@@ -442,6 +454,37 @@ class Handler(BaseHTTPRequestHandler):
                     LOG.append(record)
 
 
+def answer_embeddings(self: "Handler", body: dict, recv: float) -> None:
+    """``POST /v1/embeddings``: one embedding of ``EMBEDDING_DIM`` floats per input, answered
+    ``ttft_ms`` after the request arrived; mode ``http500`` fails it, mode ``shape`` answers one
+    embedding short. The log has its ``inputs`` (and, with ``log_bodies``, its ``body``)."""
+    cfg = dict(CONFIG)
+    if cfg["mode"] == "http500":
+        return self._json(500, {"error": {"message": "CUDA out of memory (mock)", "type": "InternalServerError", "code": 500}})
+    if body.get("model") != cfg["model"]:
+        return self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                          "type": "NotFoundError", "param": "model", "code": 404}})
+    texts = body.get("input")
+    texts = [texts] if isinstance(texts, str) else texts if isinstance(texts, list) else []
+    record = {"recv": recv, "sends": [], "inputs": len(texts), "client_port": self.client_address[1],
+              "accept_encoding": self.headers.get("Accept-Encoding", ""), "headers": extra_headers(self.headers),
+              "prompt_sha1": hashlib.sha1(json.dumps(texts).encode()).hexdigest()}
+    if cfg.get("log_bodies"):
+        record["body"] = {k: body.get(k) for k in ("input", "encoding_format") if k in body}
+    epoch = EPOCH[0]
+    shown = texts[:-1] if cfg["mode"] == "shape" else texts
+    data = [{"object": "embedding", "index": i, "embedding": [round(0.125 * (i + j + 1), 3) for j in range(EMBEDDING_DIM)]}
+            for i in range(len(shown))]
+    tokens = sum(count_words(t) for t in texts)
+    sleep_until(recv + cfg["ttft_ms"] / 1000.0)
+    record["sends"].append(time.perf_counter())
+    self._json(200, {"object": "list", "data": data, "model": cfg["model"],
+                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+    with LOG_LOCK:
+        if epoch == EPOCH[0]:
+            LOG.append(record)
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
@@ -469,7 +512,7 @@ DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", 
                   "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
                   "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0,
                   "log_bodies": False, "distinct_replies": False, "reasoning_tokens": 4,
-                  "reasoning_key": "reasoning_content"}
+                  "reasoning_key": "reasoning_content", "adapters": [], "reasoning_models": []}
 
 
 class MockServer:
@@ -543,10 +586,12 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=0, help="list this max_model_len in /v1/models (0: none)")
     parser.add_argument("--log-bodies", action="store_true", help="log each request's messages or prompt, max_tokens and reply (GET /_log)")
     parser.add_argument("--distinct-replies", action="store_true", help="each reply's words carry the request's number (r<n>t<i>)")
+    parser.add_argument("--adapter", action="append", default=[], help="list and serve this LoRA adapter name (repeatable)")
     args = parser.parse_args()
     server = serve(args.port, args.reuse_port, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens,
                    model=args.model, hostile=args.hostile, hostile_bytes=args.hostile_bytes,
-                   max_model_len=args.max_model_len, log_bodies=args.log_bodies, distinct_replies=args.distinct_replies)
+                   max_model_len=args.max_model_len, log_bodies=args.log_bodies, distinct_replies=args.distinct_replies,
+                   adapters=args.adapter)
     print(f"PORT {server.server_address[1]}", flush=True)
     try:
         server.serve_forever(poll_interval=0.05)

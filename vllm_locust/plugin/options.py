@@ -29,7 +29,7 @@ OPTIONS = [
                              "name, e.g. model, max_tokens): each persona is a Locust user class of that weight "
                              "whose users run with its options (README: Personas)")),
     ("--endpoint", dict(default="chat", choices=endpoint_names(), env_var="LOCUST_ENDPOINT",
-                        help="Stream /v1/chat/completions or /v1/completions")),
+                        help="Stream /v1/chat/completions or /v1/completions, or time /v1/embeddings (E2E only)")),
     # Not in the web UI: its form shows each option's value as the field's default (the key was in
     # the page), and a blank field would replace the key a run was started with.
     ("--api-key", dict(default="", env_var="OPENAI_API_KEY", include_in_web_ui=False,
@@ -77,6 +77,10 @@ OPTIONS = [
                      help="chat: none; forced: one tool (get_weather) named in tool_choice, so every reply is "
                           "its call (vLLM honours it with structured output, any model); auto: the tool with "
                           "tool_choice auto (real models, a server with a tool parser). Rows time the tool call")),
+    ("--embedding-batch-size", dict(type=int, default=1,
+                                    env_var="LOCUST_EMBEDDING_BATCH_SIZE",
+                                    help="embeddings: texts per /v1/embeddings request (each a prompt of the "
+                                         "workload, uniquely tagged); rows count them in content_chunks")),
     ("--dataset-path", dict(default="", env_var="LOCUST_DATASET_PATH",
                             help="sharegpt, conversation: ShareGPT JSON; custom: JSONL; trace: Mooncake JSONL or "
                                  "BurstGPT CSV (the same path on every worker)")),
@@ -143,6 +147,14 @@ OPTIONS = [
                                     "requests in flight; a request due while all are busy waits (client queue time). "
                                     "One rate with -u: -u is the cap")),
 ]
+
+
+def embedding_batch_size(options) -> int:
+    """``--embedding-batch-size``, at least 1 (a ValueError naming the flag, before any request)."""
+    size = int(getattr(options, "embedding_batch_size", 1) or 0)
+    if size < 1:
+        raise ValueError(f"--embedding-batch-size {size}: at least 1 input per request")
+    return size
 
 
 def as_bool(value) -> bool:

@@ -17,8 +17,15 @@ from ..core.schema import MEASURED, WARMUP, load_record_file
 from .webform import option_errors
 
 
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S")
+def new_run_id(samples_dir: str | None = None, now: float | None = None) -> str:
+    """The start time to the second, with ``-2``, ``-3``... when ``samples_dir`` already holds a run of
+    that id (two web-UI runs started within one second had been refused as one run recorded twice)."""
+    base = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    run_id, n = base, 1
+    while samples_dir and load_record_file(samples_dir, run_id).exists():
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
 
 
 def writable_dir(directory: str | None) -> str | None:
@@ -82,7 +89,7 @@ class RunStart:
             shaped = environment.shape_class is not None
             self.run.publish(phase=WARMUP if shaped and float(options.step_warmup) > 0 else MEASURED)
         self.run.begin()
-        run_id = options.run_id or new_run_id()
+        run_id = options.run_id or new_run_id(options.samples_dir)
         if options.samples_dir and load_record_file(options.samples_dir, run_id).exists():
             fail(f"run {run_id} is already recorded in {options.samples_dir}: a second run would mix its samples "
                  "into that one's files; choose another --run-id or --samples-dir")

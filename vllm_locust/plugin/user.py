@@ -30,6 +30,7 @@ from ..core.stream import StreamError, StreamLimits, StreamResult
 from . import attach
 from .completion import FailureKinds
 from .context import LoadContext
+from .options import embedding_batch_size
 from .pacer import Arrival
 from .personas import OptionsView, persona_dealer
 from .sessions import dealer, plays_sessions, session_option_errors
@@ -110,6 +111,10 @@ class ChatStreamUser(User):
             client = self._client_for(ctx)
             if ctx is not self.sessions_of:  # once per context, not per request
                 self.sessions_of, self.sessions = ctx, plays_sessions(ctx.spec.name)
+                if self.sessions and not api.streams:
+                    raise ValueError(f"--endpoint {api.name} with --workload {ctx.spec.name}: a conversation "
+                                     "needs replies (chat or completions)")
+            batch = 1 if api.streams else embedding_batch_size(self.options)
             paired_host = getattr(self.environment.parsed_options, "paired_host", "") or ""
             paired = self._paired_for(ctx, paired_host) if paired_host and not self.sessions else None
         except (ServerCheckError, ValueError, OSError) as err:
@@ -121,6 +126,8 @@ class ChatStreamUser(User):
         arrival = plugin.open_loop.claim()
         labels = self._labels(arrival)
         prompt, rendered = ctx.next_request(labels.run_id, arrival)
+        if not api.streams:  # embeddings: a batch of inputs, each its own tagged prompt
+            rendered = [rendered, *(ctx.next_request(labels.run_id)[1] for _ in range(batch - 1))]
         request = self._request(ctx, api, prompt, rendered, labels, arrival)
         if paired is None:
             refused, wait_s, _ok = self._leg(request, client, self.wire, "")
@@ -208,6 +215,8 @@ class ChatStreamUser(User):
              result: StreamResult | None = None) -> tuple[bool, float | None, bool]:
         """One request to one server, streamed, timed and recorded into ``result`` (a fresh one
         unless given): (refused, seconds to wait, whether it succeeded)."""
+        if not request.api.streams:
+            return self._call(request, client, wire, target)
         plugin = self.plugin
         audit = plugin.self_audit
         wire.on_request_started()  # the wire hook stamps it again when the bytes go out
@@ -260,6 +269,35 @@ class ChatStreamUser(User):
         finish(None)
         return False, None, True
 
+    def _call(self, request: "_Request", client, wire: WireClock, target: str) -> tuple[bool, float | None, bool]:
+        """One request whose answer is one body (embeddings), timed from its send to the body's last
+        bytes: E2E only, no TTFT or ITL. (refused, seconds to wait, whether it succeeded), as ``_leg``."""
+        wire.on_request_started()
+
+        def finish(reply, failure: Failure | None) -> None:
+            end_perf_s = time.perf_counter()
+            report = self._report(request, wire, target)
+            self._note_first_send(request.arrival, report.info)
+            report.finish(request.reply_record(report, reply, failure, end_perf_s, target))
+
+        try:
+            with wire.active():
+                reply = request.api.call(client, request.body)
+        except GreenletExit:
+            try:
+                finish(None, INTERRUPTED_FAILURE)
+            except Exception:  # noqa: BLE001 - a bug in recording; the kill still goes through
+                logger.exception("cannot record the interrupted request")
+            raise
+        except Exception as err:
+            failure = classify(err, float(self.environment.parsed_options.read_timeout))
+            if is_client_error(err):
+                logger.exception("%s", failure.message)
+            finish(None, failure)
+            return connection_refused(err), retry_after_s(err), False
+        finish(reply, None)
+        return False, None, True
+
     def _note_first_send(self, arrival: Arrival | None, info: RequestInfo) -> None:
         """spawn-to-send measures a closed-loop user's start; an open-loop user waits for its arrival."""
         if not self.first_sent and arrival is None:
@@ -309,3 +347,22 @@ class _Request:
             target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "",
             session_id=self.prompt.session_id or "", turn=self.prompt.turn, trimmed_turns=self.prompt.trimmed_turns,
             **result.events(info.sent_perf_s))
+
+    def reply_record(self, report: RequestReport, reply, failure: Failure | None, end_perf_s: float,
+                     target: str) -> RequestRecord:
+        """The record of a request answered in one body (``embeddings.Reply``; None when it failed):
+        E2E to the body's last bytes, no TTFT; ``content_chunks`` holds the inputs it embedded,
+        ``completion_tokens`` 0 (nothing generated), ``prompt_tokens`` the batch's by usage."""
+        info, arrival = report.info, self.arrival
+        ok = failure is None and reply is not None
+        return RequestRecord(
+            info=info, endpoint=self.api.name, model=self.ctx.model, workload=self.ctx.spec.name,
+            prompt_index=self.prompt.index, prompt_kind=self.prompt.kind, end_perf_s=end_perf_s,
+            last_perf_s=reply.end_perf_s if ok else None, ttft_ms=None,
+            e2e_ms=ms_between(info.sent_perf_s, reply.end_perf_s) if ok else None, tpot_ms=None,
+            output_tokens=0, prompt_tokens=reply.prompt_tokens if ok else None, completion_tokens=0 if ok else None,
+            content_chunks=reply.inputs if ok else 0, finish_reason="stop" if ok else None, failure=failure,
+            intended_at_s=None if arrival is None else arrival.intended_at_s,
+            intended_perf_s=None if arrival is None else arrival.intended_perf_s,
+            queue_ms=None if arrival is None else arrival.queue_ms,
+            target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "")

@@ -11,10 +11,10 @@ from __future__ import annotations
 from argparse import Namespace
 
 from ..core.arrivals import check_burstiness, parse_rates
-from .options import OPTIONS, as_bool, parse_steps, workload_spec
-from .sessions import session_option_errors
+from .options import OPTIONS, as_bool, embedding_batch_size, parse_steps, workload_spec
+from .sessions import plays_sessions, session_option_errors
 from .tracereplay import trace_errors
-from ..backend.endpoints import tools_error
+from ..backend.endpoints import endpoint, tools_error
 from ..core.schema import load_record_file
 
 
@@ -50,8 +50,12 @@ def option_errors(ns: Namespace, shaped: bool) -> str | None:
         parse_steps(ns.steps)
         parse_rates(ns.request_rate, steps=shaped)
         check_burstiness(float(ns.burstiness))
+        embedding_batch_size(ns)
     except ValueError as err:
         return str(err)
+    if plays_sessions(str(ns.workload)) and not endpoint(str(ns.endpoint)).streams:
+        return (f"--endpoint {ns.endpoint} with --workload {ns.workload}: a conversation needs replies "
+                "(chat or completions)")
     error = (session_option_errors(ns) or trace_errors(ns)
              or tools_error(str(ns.endpoint), str(getattr(ns, "tools", "none") or "none")))
     if error:

@@ -19,6 +19,9 @@ class Endpoint:
     prompt_field = ""
     prompt_form = "messages"
     tool_modes: tuple[str, ...] = ("none",)  # the ``--tools`` values it can send (chat: forced, auto)
+    # False: one JSON body, not a stream (embeddings): the user calls ``call(client, body)``, which
+    # returns the endpoint's reply (``embeddings.Reply``), and records E2E only.
+    streams = True
 
     def resource(self, client):
         """The SDK resource whose ``create`` this endpoint calls."""
@@ -88,4 +91,4 @@ def tools_error(endpoint_name: str, tools: str) -> str | None:
     return None
 
 
-from . import chat, completions  # noqa: E402,F401 - each registers itself
+from . import chat, completions, embeddings  # noqa: E402,F401 - each registers itself
