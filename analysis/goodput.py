@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from vllm_locust.core.schema import IDS, ITL, REQUEST, SAMPLE
+from vllm_locust.core.schema import (E2E, E2E_FROM_INTENDED, IDS, ITL, REQUEST, SAMPLE, SUMMARY, TPOT, TTFT,
+                                     TTFT_FROM_INTENDED, pct_col)
 
 from .tidy import failed, output_tokens, succeeded
 
@@ -35,6 +36,29 @@ class Slo:
 
     def __str__(self) -> str:
         return ",".join(f"{k}:{v:g}" for k, v in self.limits_ms)
+
+
+# The p95 column a threshold is judged on: (open loop, closed loop); open loop from the intended send.
+JUDGED = {"ttft": (pct_col(TTFT_FROM_INTENDED, 95), pct_col(TTFT, 95)), "itl": (pct_col(ITL, 95),) * 2,
+          "tpot": (pct_col(TPOT, 95),) * 2, "e2e": (pct_col(E2E_FROM_INTENDED, 95), pct_col(E2E, 95))}
+MAX_FAILED_SHARE = 0.05  # one failed request in twenty is what a p95 threshold allows
+
+
+def within_slo(row, slo: Slo) -> tuple[bool, dict, str]:
+    """Does one summary row meet ``slo``: every threshold at p95 and at most ``MAX_FAILED_SHARE`` of
+    its requests failed? Returns the verdict, the figures judged and, when missed, why in numbers.
+    The one test of the SLO-boundary search (``launch/boundary.py``) and the per-persona verdict."""
+    open_loop = float(row[SUMMARY.request_rate] or 0) > 0
+    figures, misses = {}, []
+    for metric, limit in slo.limits_ms:
+        column = JUDGED[metric][0 if open_loop else 1]
+        value = figures[column] = float(row[column])
+        if not value <= limit:  # NaN (nothing measured) misses too
+            misses.append(f"{column} {value:.1f} > {limit:g}")
+    requests, failures = int(row[SUMMARY.requests]), int(row[SUMMARY.failures])
+    if requests == 0 or failures > MAX_FAILED_SHARE * requests:
+        misses.append(f"{failures} of {requests} requests failed")
+    return not misses, figures, "; ".join(misses)
 
 
 def parse_slo(text: str | None) -> Slo | None:

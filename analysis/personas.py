@@ -20,10 +20,10 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from vllm_locust.core.schema import (E2E, E2E_FROM_INTENDED, IDS, ITL, REQUEST, RUN, SUMMARY, TPOT, TTFT,
-                                     TTFT_FROM_INTENDED, VERDICT, level_name, pct_col)
+from vllm_locust.core.schema import (IDS, ITL, OPTIONAL_SUMMARY, REQUEST, RUN, SUMMARY, TTFT, VERDICT, level_name,
+                                     pct_col)
 
-from .goodput import Slo, parse_slo
+from .goodput import MAX_FAILED_SHARE, Slo, parse_slo, within_slo
 from .load import AnalysisError, Run
 from .summary import per_run, summarize
 from .tidy import tidy_client, tidy_completions, tidy_server
@@ -35,7 +35,6 @@ COMPARISON_BY_PERSONA_CSV = "comparison_by_persona.csv"
 VERDICT_BY_PERSONA_CSV = "verdict_by_persona.csv"
 WITHIN_SLO, SLO_WHY = "within_slo", "slo_why"
 SLO_SOURCE = "slo_source"  # "persona", "--slo" or "" (none)
-MAX_FAILED_SHARE = 0.05
 # One server serves every persona: its figures describe the level, not a persona.
 SERVER_WIDE = (SUMMARY.max_num_requests_running, SUMMARY.max_num_requests_waiting, SUMMARY.mean_kv_cache_usage,
                SUMMARY.preemptions, SUMMARY.prefix_cache_hit_rate, SUMMARY.server_queue_ms, SUMMARY.server_prefill_ms,
@@ -45,9 +44,6 @@ SERVER_WIDE = (SUMMARY.max_num_requests_running, SUMMARY.max_num_requests_waitin
 HEAD = (SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency)
 BY_PERSONA = (*HEAD, PERSONA, *(c for c in SUMMARY if c not in HEAD and c not in SERVER_WIDE), SLO_SOURCE, WITHIN_SLO,
               SLO_WHY)
-# The p95 column a threshold is judged on: (open loop, closed loop), as launch/boundary.py judges.
-JUDGED = {"ttft": (pct_col(TTFT_FROM_INTENDED, 95), pct_col(TTFT, 95)), "itl": (pct_col(ITL, 95),) * 2,
-          "tpot": (pct_col(TPOT, 95),) * 2, "e2e": (pct_col(E2E_FROM_INTENDED, 95), pct_col(E2E, 95))}
 
 
 def persona_of(frame: pd.DataFrame) -> pd.Series:
@@ -97,21 +93,12 @@ def persona_slos(runs: list[Run], default: Slo | None) -> dict[str, tuple[Slo | 
 
 
 def judge(row: dict, slo: Slo | None) -> tuple[bool | None, str]:
-    """Was one persona's level within its SLO (every threshold at p95, failures at most 5%)? None
-    without an SLO. Returns the verdict and, when missed, why in numbers."""
+    """Was one persona's level within its SLO (``goodput.within_slo``)? None without an SLO.
+    Returns the verdict and, when missed, why in numbers."""
     if slo is None:
         return None, ""
-    open_loop = float(row[SUMMARY.request_rate] or 0) > 0
-    misses = []
-    for metric, limit in slo.limits_ms:
-        column = JUDGED[metric][0 if open_loop else 1]
-        value = float(row[column])
-        if not value <= limit:  # NaN (nothing measured) misses too
-            misses.append(f"{column} {value:.1f} > {limit:g}")
-    requests, failures = int(row[SUMMARY.requests]), int(row[SUMMARY.failures])
-    if requests == 0 or failures > MAX_FAILED_SHARE * requests:
-        misses.append(f"{failures} of {requests} requests failed")
-    return not misses, "; ".join(misses)
+    passed, _figures, why = within_slo(row, slo)
+    return passed, why
 
 
 @dataclass
@@ -171,8 +158,10 @@ def by_persona(runs: list[Run], samples: pd.DataFrame, requests: pd.DataFrame, r
             level[WITHIN_SLO] = [met.get(k) for k in zip(level[VERDICT.profile], level[VERDICT.request_rate],
                                                           level[VERDICT.concurrency])]
             judged.append(level.assign(**{PERSONA: name}))
-    summary = (pd.concat(summaries, ignore_index=True)[list(BY_PERSONA)].sort_values([*HEAD, PERSONA])
-               .reset_index(drop=True) if summaries else empty.summary)
+    frame = pd.concat(summaries, ignore_index=True) if summaries else None
+    # a run's optional columns (ITL per stream part, embeddings' inputs/s) follow, where it has them
+    summary = (frame[[*BY_PERSONA, *(c for c in OPTIONAL_SUMMARY if c in frame)]].sort_values([*HEAD, PERSONA])
+               .reset_index(drop=True) if frame is not None else empty.summary)
     comparison = pd.concat(comparisons, ignore_index=True) if comparisons else pd.DataFrame()
     verdict = pd.concat(judged, ignore_index=True) if judged else pd.DataFrame()
     if len(comparison):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from vllm_locust.core.schema import E2E, E2E_FROM_INTENDED, SUMMARY, TTFT, TTFT_FROM_INTENDED, level_name, pct_col, write_atomic
+from vllm_locust.core.schema import OPTIONAL_SUMMARY, PART_SUMMARISED
 
 from .advice import client_lag_advice
 from .figures import (markers_in_windows, plot_distributions, plot_forest, plot_p95, plot_timeline,  # noqa: F401
@@ -65,9 +66,11 @@ EVERY_PERSONA_TEXT = ("--every-persona-within-slo: a candidate beats the baselin
                       "personas is also within its own SLO there.")
 STREAM_EVENTS_TEXT = ("Stream events past the first token, ms from the send, per succeeded request: TTFR the first "
                       "reasoning delta, TTFA the first answer delta, TOOL_CALL the first tool-call delta, TOOL_ARGS "
-                      "the tool arguments complete; mean reasoning and answer tokens.")
+                      "the tool arguments complete; mean reasoning and answer tokens. ITL_REASONING and ITL_ANSWER: "
+                      "the gaps within the reasoning and within the answer, from the raw samples (the gap from the "
+                      "reasoning to the answer is in neither; ITL above keeps every gap).")
 STREAM_EVENT_PREFIXES = ("p50_ttfr", "p95_ttfr", "p50_ttfa", "p95_ttfa", "p50_tool_", "p95_tool_", "mean_reasoning_",
-                         "mean_answer_")
+                         "mean_answer_", *(column for summarised in PART_SUMMARISED for column in summarised.columns()))
 GOODPUT_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.slo, SUMMARY.slo_met_share,
                  SUMMARY.goodput_requests_per_s, SUMMARY.goodput_tokens_per_s, SUMMARY.requests_per_s]
 
@@ -164,7 +167,8 @@ def sections(r: ReportInput, figures: dict[str, bytes], forest) -> list[tuple[st
                      *([("text", EVERY_PERSONA_TEXT)] if r.every_persona else [])]),
         ("Per load level", [("table", r.per_level)]),
         ("Changes against the baseline (percent, 95% interval)", [("table", r.comparison)]),
-        ("Summary (percentiles from raw samples)", [("table", summary[SUMMARY_SHOWN])]),
+        ("Summary (percentiles from raw samples)",
+         [("table", summary[[*SUMMARY_SHOWN, *(c for c in [OPTIONAL_SUMMARY.inputs_per_s] if c in summary)]])]),
         *((("Stream events: reasoning, answer, tool calls",
             [("text", STREAM_EVENTS_TEXT), ("table", summary[[*SUMMARY_SHOWN[:3], *events]])]),) if events else ()),
         *((("Personas", [("text", PERSONAS_TEXT)]),) if persona_parts else ()),

@@ -2,6 +2,9 @@
 
 Percentiles come from the raw samples, never from Locust's rounded buckets. Throughput is output
 tokens (``usage.completion_tokens``) and requests completed in the measured window, per second.
+Where they apply (and only there: a run of plain streams keeps ``SUMMARY``'s columns), ITL per stream
+part (``PART_SUMMARISED``: reasoning, answer) and, for the embeddings endpoint, inputs embedded per
+second of the measured window (``inputs_per_s``) follow the fixed columns.
 Each run also carries the client's audit of itself: a run whose event loop ran late (loop-lag p99
 over ``max_client_lag_ms``) measured its own lateness, not the server's, and is marked untrusted.
 """
@@ -11,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vllm_locust.core.schema import (CLIENT, CPU_PCT, E2E_FROM_INTENDED, IDS, ITL, LEVEL, LOOP_LAG_MS, PER_RUN, REQUEST,
-                                     RUN, SAMPLE, SPAWN_TO_SEND_MS, SUMMARISED, SUMMARY, TTFT, TTFT_FROM_INTENDED, mean_col,
-                                     pct_col)
+from vllm_locust.core.schema import (CLIENT, CPU_PCT, E2E_FROM_INTENDED, IDS, ITL, LEVEL, LOOP_LAG_MS, OPTIONAL_SUMMARY,
+                                     PART_SUMMARISED, PER_RUN, REQUEST, RUN, SAMPLE, SPAWN_TO_SEND_MS, SUMMARISED, SUMMARY,
+                                     TTFT, TTFT_FROM_INTENDED, mean_col, pct_col)
 
 from . import server as server_stats
 from .goodput import Slo, from_intended, goodput
@@ -28,6 +31,8 @@ DEFAULT_MAX_CLIENT_LAG_MS = 2.0
 # this 2-core VM an idle client sends 0.9 ms (timer wake-up) + 1.5 ms (the SDK builds the request)
 # after the instant; a backlog (every user busy) shows as seconds.
 DEFAULT_MAX_SEND_LATENESS_MS = 10.0
+# The endpoint whose rows' content_chunks are the inputs each request embedded (``plugin.user`` reply_record).
+EMBEDDINGS = "embeddings"
 SERVER_MEANS = (PER_RUN.mean_kv_cache_usage, PER_RUN.prefix_cache_hit_rate, PER_RUN.server_queue_ms,
                 PER_RUN.server_prefill_ms, PER_RUN.server_decode_ms, PER_RUN.server_ttft_mean_ms,
                 PER_RUN.server_itl_mean_ms, PER_RUN.server_p95_ttft_ms, PER_RUN.server_p95_itl_ms)
@@ -45,6 +50,16 @@ def run_throughput(requests: pd.DataFrame, duration_s: float, completed: pd.Data
         return float("nan"), float("nan")
     tokens = output_tokens(ok).sum()
     return float(tokens) / duration_s, len(ok) / duration_s
+
+
+def run_inputs_per_s(requests: pd.DataFrame, seconds: float) -> float | None:
+    """Inputs embedded per second of one run's measured window: the content_chunks (inputs) of its
+    successful embeddings requests over ``seconds``; None for a run that sent no embeddings."""
+    if REQUEST.endpoint not in requests or not (requests[REQUEST.endpoint] == EMBEDDINGS).any():
+        return None
+    ok = succeeded(requests)
+    inputs = ok.loc[ok[REQUEST.endpoint] == EMBEDDINGS, REQUEST.content_chunks].sum() if len(ok) else 0
+    return float(inputs) / seconds if seconds > 0 else float("nan")
 
 
 def measured_window(samples: pd.DataFrame, requests: pd.DataFrame) -> tuple[float, float]:
@@ -83,14 +98,17 @@ def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame,
         srv = server_stats.run_server_stats(server_stats.window(server[server[IDS.run_key] == run_key], start, end))
         audit = client_audit(client[client[IDS.run_key] == run_key], max_client_lag_ms)
         good = goodput(r, s, slo, durations.get(run_key, end - start), (req_s, tok_s) if windowed else None)
+        inputs_s = run_inputs_per_s(r, window_s[run_key] if windowed else durations.get(run_key, end - start))
         rows.append({PER_RUN.run_key: run_key, PER_RUN.profile: s[IDS.profile].iloc[0],
                      PER_RUN.request_rate: float(s[IDS.request_rate].iloc[0]),
                      PER_RUN.concurrency: int(s[IDS.concurrency].iloc[0]), PER_RUN.repeat: int(s[IDS.repeat].iloc[0]),
                      PER_RUN.output_tokens_per_s: tok_s, PER_RUN.requests_per_s: req_s,
                      PER_RUN.goodput_requests_per_s: good[PER_RUN.goodput_requests_per_s],
                      PER_RUN.goodput_tokens_per_s: good[PER_RUN.goodput_tokens_per_s],
-                     PER_RUN.window_start_s: start, PER_RUN.window_end_s: end, **srv, **audit})
-    return pd.DataFrame(rows, columns=[c for c in PER_RUN if c != PER_RUN.step])
+                     PER_RUN.window_start_s: start, PER_RUN.window_end_s: end, **srv, **audit,
+                     **({} if inputs_s is None else {OPTIONAL_SUMMARY.inputs_per_s: inputs_s})})
+    embeds = [OPTIONAL_SUMMARY.inputs_per_s] if any(OPTIONAL_SUMMARY.inputs_per_s in row for row in rows) else []
+    return pd.DataFrame(rows, columns=[*(c for c in PER_RUN if c != PER_RUN.step), *embeds])
 
 
 def runs_per_run(runs: list, slo: Slo | None = None, max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS
@@ -193,5 +211,32 @@ def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame,
         row[SUMMARY.slo], row[SUMMARY.slo_met_share] = good[SUMMARY.slo], good[SUMMARY.slo_met_share]
         row[SUMMARY.goodput_requests_per_s] = _mean(per, PER_RUN.goodput_requests_per_s)
         row[SUMMARY.goodput_tokens_per_s] = _mean(per, PER_RUN.goodput_tokens_per_s)
+        if OPTIONAL_SUMMARY.inputs_per_s in per:
+            row[OPTIONAL_SUMMARY.inputs_per_s] = _mean(per, OPTIONAL_SUMMARY.inputs_per_s)
         rows.append(row)
-    return (pd.DataFrame(rows, columns=list(SUMMARY)).sort_values([SUMMARY.profile, *LEVEL]).reset_index(drop=True))
+    embeds = [OPTIONAL_SUMMARY.inputs_per_s] if any(OPTIONAL_SUMMARY.inputs_per_s in row for row in rows) else []
+    table = pd.DataFrame(rows, columns=[*SUMMARY, *embeds]).sort_values([SUMMARY.profile, *LEVEL]).reset_index(drop=True)
+    return with_part_itl(table, samples)
+
+
+def with_part_itl(table: pd.DataFrame, samples: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``table`` (one row per profile and level, and per ``by`` columns of ``samples``) with the
+    percentiles and mean of each ``PART_SUMMARISED`` metric some of ``samples`` carry (ITL per stream
+    part), from the raw samples as the other latencies; a run without them keeps its columns."""
+    metrics = set(samples[SAMPLE.metric].unique()) if len(samples) and len(table) else set()
+    wanted = [summarised for summarised in PART_SUMMARISED if summarised.metric in metrics]
+    if not wanted:
+        return table
+    keys = [IDS.profile, *LEVEL, *by]
+    parts = samples[samples[SAMPLE.metric].isin([summarised.metric for summarised in wanted])]
+    groups = {k if isinstance(k, tuple) else (k,): g for k, g in parts.groupby(keys)}
+    head = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, *by]
+    out = table.copy()
+    mine = [groups.get(tuple(k), parts.iloc[0:0]) for k in out[head].itertuples(index=False)]
+    for summarised in wanted:
+        values = [g.loc[g[SAMPLE.metric] == summarised.metric, SAMPLE.value_ms].to_numpy(dtype=float) for g in mine]
+        for q in summarised.percentiles:
+            out[pct_col(summarised.metric, q)] = [percentiles(v, (q,))[q] for v in values]
+        if summarised.mean:
+            out[mean_col(summarised.metric)] = [float(v.mean()) if len(v) else float("nan") for v in values]
+    return out

@@ -120,7 +120,14 @@ def suite_client(server, users: int, processes: int, duration_s: int, tokens: in
     samples = samples[~samples["request_id"].isin(first)]
     ttft = samples.loc[samples[SAMPLE.metric] == TTFT, SAMPLE.value_ms].to_numpy()
     itl = samples.loc[samples[SAMPLE.metric] == ITL, SAMPLE.value_ms].to_numpy()
+    LAGS.clear()
+    for f in glob.glob(f"{out}/client-*.csv"):
+        audit = pd.read_csv(f)
+        LAGS.extend(audit.loc[(audit["metric"] == "loop_lag_ms") & (audit["phase"] == "measured"), "value"])
     return len(done), int(requests["content_chunks"].sum()), ttft, itl
+
+
+LAGS: list[float] = []  # the suite's own loop-lag audit of the last run (measured phase)
 
 
 def vllm_client(server, users: int, duration_s: int, tokens: int, ttft_ms: float, itl_ms: float, out: str):
@@ -161,13 +168,21 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
     true_ttft, true_itl = truth(log)
     start, end = min(r["recv"] for r in log), max(r["sends"][-1] for r in log if r["sends"])
     span = end - start
+    served = sum(1 for r in log if r["sends"])
     row = {"client": client if client == "vllm" else f"suite x{processes}", "streams": users, "requests": done,
            "chunks/s": round(chunks / span) if span > 0 else 0,
            "client CPU us/chunk": round(cpu_between(start, end) / max(chunks, 1) * 1e6),
+           # all in: the request's own cost and its chunks' (benchmarks/request_cost.py splits them)
+           "client CPU us/request": round(cpu_between(start, end) / max(served, 1) * 1e6),
            "client CPU %": round(100 * cpu_between(start, end) / span) if span > 0 else 0}
+    if client != "vllm" and LAGS:
+        from vllm_locust.plugin.selfaudit import implied_lateness_ms
+
+        row["loop lag p99 ms"] = round(float(np.percentile(LAGS, 99)), 2)
+        row["lag-implied p95 ms"] = round(implied_lateness_ms(LAGS, 0.95), 2)
     for metric, client_values, true in ((TTFT, client_ttft, true_ttft), (ITL, client_itl, true_itl)):
         client = client_values
-        for q in (50, 95):
+        for q in ((50, 95) if metric == TTFT else (50, 95, 99)):
             c, t = np.percentile(client, q), np.percentile(true, q)
             row[f"{metric} p{q} client ms"] = round(c, 2)
             row[f"{metric} p{q} server ms"] = round(t, 2)

@@ -30,16 +30,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.goodput import Slo, parse_slo
+from analysis.goodput import Slo, parse_slo, within_slo as judge
 from analysis.load import AnalysisError, load_runs
 from analysis.summary import runs_per_run, summarize
 from launch.server import ServerError
 from launch.sweep import Plan, Sweep, SweepError, _interrupt, log, parse_with_sweep, validate
-from vllm_locust.core.schema import E2E, E2E_FROM_INTENDED, ITL, SUMMARY, TPOT, TTFT, TTFT_FROM_INTENDED, level_dir, pct_col
-
-# The p95 column a threshold is judged on (open loop: from the intended send).
-JUDGED = {"ttft": (pct_col(TTFT_FROM_INTENDED, 95), pct_col(TTFT, 95)), "itl": (pct_col(ITL, 95),) * 2,
-          "tpot": (pct_col(TPOT, 95),) * 2, "e2e": (pct_col(E2E_FROM_INTENDED, 95), pct_col(E2E, 95))}
+from vllm_locust.core.schema import SUMMARY, level_dir
 BOUNDARY_COLUMNS = ("profile", "search", "slo", "boundary", "first_failing", "interval_low", "interval_high", "probes", "note")
 
 
@@ -49,21 +45,6 @@ class Probe:
     passed: bool
     p95s: dict = field(default_factory=dict)
     why: str = ""
-
-
-def judge(row: pd.Series, slo: Slo) -> tuple[bool, dict, str]:
-    """Does one summary row meet every threshold (at p95)? Returns the figures judged and why not."""
-    open_loop = float(row[SUMMARY.request_rate] or 0) > 0
-    figures, misses = {}, []
-    for metric, limit in slo.limits_ms:
-        column = JUDGED[metric][0 if open_loop else 1]
-        value = float(row[column])
-        figures[column] = value
-        if not value <= limit:  # NaN (nothing measured) fails too
-            misses.append(f"{column} {value:.1f} > {limit:g}")
-    if int(row[SUMMARY.requests]) == 0 or int(row[SUMMARY.failures]) > 0.05 * max(1, int(row[SUMMARY.requests])):
-        misses.append(f"{int(row[SUMMARY.failures])} of {int(row[SUMMARY.requests])} requests failed")
-    return not misses, figures, "; ".join(misses)
 
 
 def evaluate(level_path: Path, slo: Slo) -> Probe:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+PRINTABLE = "".join(chr(c) for c in range(33, 127))  # what JSON and code need, as single tokens
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
@@ -41,9 +43,12 @@ def train_tokenizer(vocab_size: int, seed: int) -> Tokenizer:
         vocab_size=vocab_size,
         special_tokens=SPECIAL_TOKENS,
         show_progress=False,
+        initial_alphabet=list(PRINTABLE),
     )
-    # No byte alphabet beyond what the corpus uses: random dummy weights then sample only tokens
-    # that decode to whole ASCII text, so nearly every token arrives as its own content chunk.
+    # Every printable ASCII character is a token, so structured output (a forced tool call's JSON:
+    # braces, quotes, colons) can be written: without them vLLM's grammar allowed no token and the
+    # stream ended in HTTP 500. No byte alphabet beyond that: random dummy weights then sample only
+    # tokens that decode to whole ASCII text, so nearly every token arrives as its own content chunk.
     tok.train_from_iterator(pseudo_corpus(seed), trainer=trainer)
     return tok
 

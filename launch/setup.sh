@@ -23,7 +23,10 @@ if [[ -z "${VLLM_PYTHON:-}" ]]; then
   bash launch/install_server.sh cpu .venv-vllm
 fi
 
-if [[ ! -f models/tiny/config.json ]]; then
+# A tokenizer made before every printable character was a token cannot write a forced tool call's JSON.
+if [[ ! -f models/tiny/config.json ]] || ! .venv/bin/python -c 'import json, sys
+vocab = json.load(open("models/tiny/tokenizer.json"))["model"]["vocab"]
+sys.exit(any(chr(c) not in vocab for c in range(33, 127)))' 2>/dev/null; then
   .venv/bin/python launch/make_tiny_model.py models/tiny >/dev/null
   echo "setup: made models/tiny"
 fi

@@ -7,8 +7,9 @@
 #   bash benchmarks/gpu/lora.sh OUT [DEST]
 # OUT/runs/{base,adapters}/c<C>/r<R>/ is the sweep's layout: python -m analysis OUT/runs --baseline base
 # --allow-model-mismatch (the labels name different models by design) gives summary_by_persona.csv.
-# DEST (e.g. $OUT on the device): after every run, what exists is packed into DEST/lora.tar.xz (no
-# per-chunk samples), so a call cut short keeps its runs.
+# DEST (e.g. $OUT on the device): after every run, what exists is packed into DEST/lora.tar.xz (with
+# the per-chunk samples, which the analysis needs for ITL: SAMPLES=0 leaves them out), so a call cut
+# short keeps its runs.
 # Resumable: a finished run is never rerun (the sweep's run.json).
 # Environment: REPEATS (2), WARMUP (8), DURATION (25), CONCURRENCY (64), WORKERS (2), PROMPT_TOKENS
 # (512), MAX_TOKENS (128), RANK (16), TARGETS (q_proj,v_proj), EAGER (0: vLLM's default CUDA graphs and
@@ -25,10 +26,11 @@ mkdir -p "$out"; out=$(cd "$out" && pwd)
 REPEATS=${REPEATS:-2} WARMUP=${WARMUP:-8} DURATION=${DURATION:-25} CONCURRENCY=${CONCURRENCY:-64}
 WORKERS=${WORKERS:-2} PORT=${PORT:-8000} EAGER=${EAGER:-0} models=${MODELS_DIR:-/tmp/models}
 say() { echo "[$(date +%H:%M:%S)] lora: $*" >&2; }
-pack() {  # everything but the per-chunk samples, small enough to come back from the device
+pack() {  # what the analysis reads, small enough to come back from the device (xz: ~6 MB for 4 runs)
   [[ -n "$dest" ]] || return 0
   mkdir -p "$dest"
-  tar -C "$(dirname "$out")" -cf - --exclude='samples-*' --exclude='profiles' "$(basename "$out")" \
+  local skip=(--exclude='profiles'); [[ "${SAMPLES:-1}" == 1 ]] || skip+=(--exclude='samples-*')
+  tar -C "$(dirname "$out")" -cf - "${skip[@]}" "$(basename "$out")" \
     | xz -T0 -3 > "$dest/lora.tar.xz.tmp" && mv "$dest/lora.tar.xz.tmp" "$dest/lora.tar.xz"
 }
 

@@ -1,11 +1,13 @@
 """``--endpoint embeddings`` in real headless Locust against the mock: request rows carry E2E and no
 TTFT, the inputs and the usage's prompt tokens; Locust's summary has an ``embeddings E2E`` row and no
 TTFT or ITL row; ``--embedding-batch-size 4`` sends 4 distinct texts per request (the mock's log);
-a short response fails as ``bad_response``; the analysis summarises the run."""
+a short response fails as ``bad_response``; the analysis summarises the run, with its inputs per second
+of the measured window."""
 
 from __future__ import annotations
 
 import glob
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +76,16 @@ def test_batches_of_four_are_timed_end_to_end(server, tmp_path):
     [row] = pd.read_csv(tmp_path / "runs" / "summary.csv").to_dict("records")
     assert row["p50_e2e_ms"] >= DELAY_MS and row["requests_per_s"] > 0 and row["failures"] == 0
     assert pd.isna(row["p50_ttft_ms"]) and row["output_tokens_per_s"] == 0  # nothing generated
+    # inputs/s: the successful measured requests' inputs over the load record's measured window, both at
+    # the run's level (-u 2: the timeline's first instant, before the users are counted, has no level)
+    [load] = [json.loads(Path(f).read_text()) for f in glob.glob(str(out / "loadrun-*.json"))]
+    timeline = sorted(load["timeline"], key=lambda change: change["t_s"])
+    ends = [change["t_s"] for change in timeline[1:]] + [load["stopped_s"]]
+    window = sum(end - change["t_s"] for change, end in zip(timeline, ends)
+                 if change["phase"] == "measured" and change["concurrency"] == 2)
+    inputs = ok.loc[(ok["phase"] == "measured") & (ok["concurrency"] == 2), "content_chunks"].sum()
+    assert window > 0 and inputs > 0
+    assert row["inputs_per_s"] == pytest.approx(inputs / window, rel=1e-6), (timeline, load["stopped_s"])
 
 
 def test_a_short_response_is_a_bad_response(server, tmp_path):

@@ -90,3 +90,7 @@ def test_five_tenants_share_one_server_each_with_its_own_kind_and_slo(tmp_path):
     table = pd.read_csv(next((tmp_path / "runs").rglob("summary_by_persona.csv")))
     within = dict(zip(table["persona"], table["within_slo"]))
     assert within["chat_a"] in (True, "True") and within["chat_b"] in (False, "False"), table.T
+    # the reasoner's ITL per stream part and the embedder's inputs/s, on their own rows only
+    rows = table.set_index("persona")
+    assert rows.loc["reasoner", "p95_itl_answer_ms"] > 0 and pd.isna(rows.loc["chat_a", "p95_itl_answer_ms"]), rows.T
+    assert rows.loc["embedder", "inputs_per_s"] > 0 and pd.isna(rows.loc["chat_a", "inputs_per_s"]), rows.T

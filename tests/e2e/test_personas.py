@@ -1,7 +1,8 @@
 """Personas (issue 24) in real Locust against the recording mock: headless with a 3:1:1 split of
 ``-u 10`` (users counted by their own keep-alive connections in the server's log, lengths per
 persona in the log and the rows), the same with ``--processes 2``, the web UI's class picker
-starting only some personas, and a bad file stopping the run before any load."""
+starting only some personas, a bad file stopping the run before any load, and open loop
+(``--request-rate``): one schedule drawn to the personas 3:1, with one process and two."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import requests as http
+
+from vllm_locust.core.arrivals import persona_of
 
 from tests.conftest import locust_web_ui, processes, start_fake_server, until
 
@@ -136,3 +139,43 @@ def test_the_web_ui_class_picker_starts_only_the_chosen_personas(tmp_path):
         check_run(server, out, {"agent": 2, "longdoc": 2})
     finally:
         server.stop()
+
+
+TWO = """
+[[persona]]
+name = "chat"
+weight = 3
+max_tokens = 4
+
+[[persona]]
+name = "agent"
+weight = 1
+max_tokens = 8
+"""
+
+
+@pytest.mark.parametrize("procs", [1, 2])
+def test_open_loop_draws_one_schedule_to_the_personas_by_weight(server, tmp_path, procs):
+    server.configure(ttft_ms=5, itl_ms=2, tokens=8)
+    path = tmp_path / "personas.toml"
+    path.write_text(TWO)
+    out = tmp_path / "run"
+    extra = processes(2) if procs == 2 else []
+    proc = locust(server, out, *extra, "-u", "8", "-r", "100", "--request-rate", "40", "--seed", "5",
+                  "--personas", str(path), seconds=6)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "has no users in this process" not in proc.stderr
+    table = rows(out)
+    assert table["intended_at_s"].notna().all(), "every row is an arrival of the schedule"
+    counts = table["persona"].value_counts()
+    assert set(counts.index) == {"chat", "agent"} and len(table) >= 150, counts
+    assert 0.15 <= counts["agent"] / len(table) <= 0.35, counts
+    if procs == 2:  # Locust puts both agent users on one worker: that one sends all of agent's share
+        assert table["worker_id"].nunique() == 2, "both processes sent"
+        return  # (the master republished the schedule once the users were spawned: two schedules)
+    # The schedule's arrivals, in order, are its k = 0, 1, ...: each went to the persona the seeded
+    # draw names (the run's last second left out: the stop cuts off arrivals not yet recorded).
+    ordered = table.sort_values("intended_at_s").reset_index(drop=True)
+    ordered = ordered[ordered["intended_at_s"] < ordered["intended_at_s"].max() - 1.0]
+    drawn = ["chat" if persona_of(k, 5, [3, 4]) == 0 else "agent" for k in range(len(ordered))]
+    assert list(ordered["persona"]) == drawn

@@ -1,5 +1,6 @@
 """Stream events in real headless Locust against the mock: its reasoning mode (rows carry TTFR before
-TTFA and the script's reasoning and answer tokens) and its tool-call mode with ``--tools forced``
+TTFA and the script's reasoning and answer tokens; sample rows carry ITL per part, one per gap within
+the reasoning and within the answer, each the ITL of the same chunk) and its tool-call mode with ``--tools forced``
 (rows carry the tool call before its complete arguments, one call each; the body carried the tool
 named in ``tool_choice``); Locust's summary has the new rows."""
 
@@ -59,7 +60,20 @@ def test_reasoning_rows_time_reasoning_before_the_answer(server, tmp_path):
     assert (rows["reasoning_tokens"] == REASONING_TOKENS).all()
     assert (rows["answer_tokens"] == MAX_TOKENS - REASONING_TOKENS).all()
     assert rows["tool_calls"].isna().all() and rows["tool_call_ms"].isna().all()
-    assert {"TTFR", "TTFA", "TTFT", "E2E"} <= summary_names(proc), proc.stderr[-3000:]
+    assert {"TTFR", "TTFA", "TTFT", "E2E", "ITL_REASONING", "ITL_ANSWER"} <= summary_names(proc), proc.stderr[-3000:]
+    # ITL per part: the mock sends one token a chunk, so each part's gaps are its chunks less one
+    assert (rows["content_chunks"] == MAX_TOKENS).all()
+    samples = pd.concat([pd.read_csv(f) for f in glob.glob(str(tmp_path / "run" / "samples-*.csv"))], ignore_index=True)
+    samples = samples[samples["request_id"].isin(rows["request_id"])]
+    counts = samples.groupby(["request_id", "metric"]).size().unstack(fill_value=0).reindex(rows["request_id"])
+    assert (counts["ITL_REASONING"] == REASONING_TOKENS - 1).all(), counts
+    assert (counts["ITL_ANSWER"] == MAX_TOKENS - REASONING_TOKENS - 1).all(), counts
+    assert (counts["ITL"] == MAX_TOKENS - 1).all(), counts  # the whole stream's ITL keeps every gap
+    parts = samples[samples["metric"].isin(["ITL_REASONING", "ITL_ANSWER"])]
+    itl = samples[samples["metric"] == "ITL"]
+    keys = ["request_id", "t_s", "value_ms"]
+    found = parts[keys].merge(itl[keys].drop_duplicates(), on=keys, how="left", indicator=True)
+    assert (found["_merge"] == "both").all(), found[found["_merge"] != "both"]  # each part's gap is an ITL gap
 
 
 def test_tool_call_rows_time_the_call_and_its_arguments(server, tmp_path):

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,29 +44,37 @@ class VllmServer:
         self.url, self.proc, self.log = url, proc, log
 
 
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory):
-    """``launch/serve.sh baseline-cpu``, as a user starts it: healthy and smoke-tested once its
-    manifest exists; SIGTERM makes serve.sh stop vLLM's process group."""
+@contextmanager
+def served(profile: str, run_dir: Path):
+    """``launch/serve.sh PROFILE``, as a user starts it: healthy and smoke-tested once its manifest
+    exists; SIGTERM on leaving makes serve.sh stop vLLM's process group."""
     python = require_vllm()
     port = free_port()
-    run_dir = tmp_path_factory.mktemp("vllm")
     env = dict(os.environ, PORT=str(port), VLLM_PYTHON=python)
     with open(run_dir / "serve.log", "w") as out:
-        proc = subprocess.Popen(["bash", str(ROOT / "launch" / "serve.sh"), "baseline-cpu", "--run-dir", str(run_dir)],
+        proc = subprocess.Popen(["bash", str(ROOT / "launch" / "serve.sh"), profile, "--run-dir", str(run_dir)],
                                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = time.time() + 300
     while not (run_dir / "manifest.json").exists():
         if proc.poll() is not None or time.time() > deadline:
             os.killpg(proc.pid, signal.SIGTERM)
-            pytest.fail("serve.sh baseline-cpu did not come up:\n" + (run_dir / "serve.log").read_text()[-3000:])
+            pytest.fail(f"serve.sh {profile} did not come up:\n" + (run_dir / "serve.log").read_text()[-3000:])
         time.sleep(1)
-    yield VllmServer(f"http://127.0.0.1:{port}", proc, run_dir / "server.log")
-    os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        yield VllmServer(f"http://127.0.0.1:{port}", proc, run_dir / "server.log")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    """``serve.sh baseline-cpu``: the embedded default."""
+    with served("baseline-cpu", tmp_path_factory.mktemp("vllm")) as server:
+        yield server
 
 
 def run_locust(host: str, out: Path, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:

@@ -223,3 +223,4 @@ def test_later_turns_hit_vllms_prefix_cache(vllm_server, tmp_path):
     assert len(both) and (both[2] > both[1]).all(), "turn 2 resends turn 1 and its reply"
     hits = after["vllm:prefix_cache_hits_total"] - before.get("vllm:prefix_cache_hits_total", 0.0)
     assert hits > 0, f"no prefix-cache hit in a conversation run: {before} -> {after}"
+

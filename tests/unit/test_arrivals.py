@@ -1,5 +1,5 @@
-"""The arrival schedule's statistics (seeded), its slicing over processes, ramps, and the pacer's
-queue time and intended instants."""
+"""The arrival schedule's statistics (seeded), its slicing over processes, ramps, the persona draw,
+and the pacer's queue time, intended instants and persona filter."""
 
 import itertools
 import math
@@ -9,7 +9,8 @@ import gevent
 import numpy as np
 import pytest
 
-from vllm_locust.core.arrivals import Segment, offsets, parse_rates
+from vllm_locust.core.arrivals import (Segment, cumulative_weights, offsets, parse_rates, persona_of,
+                                      persona_offsets)
 from vllm_locust.plugin.pacer import Pacer
 
 
@@ -119,3 +120,54 @@ def test_the_most_recently_freed_user_takes_the_next_arrival():
     users = [gevent.spawn(user, name) for name in ("first", "second", "third")]
     gevent.joinall(users, timeout=10)
     assert got == {"first": 0, "third": 1, "second": 2}
+
+
+def test_the_persona_draw_splits_by_weight_and_repeats_per_seed():
+    table = cumulative_weights([3, 1])
+    assert table == [3, 4]
+    draws = [persona_of(k, 11, table) for k in range(20000)]
+    assert set(draws) == {0, 1}
+    assert abs(draws.count(1) / 20000 - 0.25) < 0.02, f"{draws.count(1)} of 20000 to the weight-1 persona"
+    assert draws == [persona_of(k, 11, table) for k in range(20000)], "a pure function of (seed, k)"
+    assert draws != [persona_of(k, 12, table) for k in range(20000)], "another seed, another draw"
+    assert draws != [persona_of(k, 11, table, key=1) for k in range(20000)], "another segment, another draw"
+    assert {persona_of(k, 11, [5]) for k in range(1000)} == {0}, "a single persona takes all"
+
+
+def test_the_persona_draw_of_three_follows_their_weights_and_refuses_bad_weights():
+    table = cumulative_weights([1, 2, 5])
+    counts = np.bincount([persona_of(k, -3, table) for k in range(40000)], minlength=3) / 40000
+    assert np.allclose(counts, [1 / 8, 2 / 8, 5 / 8], atol=0.02), counts
+    for bad in ([], [1, 0], [2, -1]):
+        with pytest.raises(ValueError, match="persona weights"):
+            cumulative_weights(bad)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_persona_shares_over_their_senders_make_exactly_the_whole_schedule(count):
+    segment = Segment(0.0, 20.0, 20.0, key=2)
+    table = cumulative_weights([3, 1])
+    whole = list(itertools.islice(offsets(segment, 7, 1.0), 400))
+    parts = {}
+    for persona in (0, 1):
+        for index in range(count):
+            share = list(itertools.takewhile(lambda kt: kt[0] < 400,
+                                             persona_offsets(segment, 7, 1.0, persona, table, index, count)))
+            assert all(persona_of(k, 7, table, key=2) == persona for k, _ in share)
+            parts[persona, index] = share
+    assert sorted(sum(parts.values(), [])) == whole, "each arrival once, at its own instant"
+    if count == 3:  # a persona's own arrivals go round its senders
+        ones = sorted(k for (persona, _), share in parts.items() if persona == 1 for k, _ in share)
+        assert [k for k, _ in parts[1, 1]] == ones[1::3]
+
+
+def test_a_persona_pacer_hands_out_only_its_share():
+    segment = Segment(time.time() - 100.0, 10.0, 10.0)  # 1,000 arrivals already due
+    table = cumulative_weights([3, 1])
+    pacer = Pacer()
+    pacer.set_segment(segment, arrivals=persona_offsets(segment, 5, 1.0, 1, table))
+    got = [pacer.claim().k for _ in range(50)]
+    assert got == [k for k in range(1000) if persona_of(k, 5, table) == 1][:50]
+    whole = Pacer()
+    whole.set_segment(segment, 5, 1.0)
+    assert [whole.claim().k for _ in range(5)] == [0, 1, 2, 3, 4], "without a share: every arrival, as before"

@@ -4,11 +4,14 @@ from it, each persona's options view and context, and a persona's requests on a 
 from __future__ import annotations
 
 import csv
+from types import SimpleNamespace
 
 import pytest
 from locust.env import Environment
 from locust.event import Events
+from locust.runners import MasterRunner
 
+from vllm_locust.core.arrivals import cumulative_weights, persona_of
 from vllm_locust.core.personas import OptionKind, PersonaError, parse_personas
 from vllm_locust.plugin import personas as plugin_personas
 from vllm_locust.plugin.context import context_key
@@ -181,15 +184,92 @@ def test_each_persona_has_its_own_context_key(tmp_path):
     assert len(keys) == 3
 
 
-def test_start_refuses_open_loop_and_traces_with_personas_and_bad_persona_values(tmp_path):
+def test_start_refuses_traces_with_personas_and_bad_persona_values_but_not_open_loop(tmp_path):
     env = environment(tmp_path, '[[persona]]\nname = "chat"\nprompt_tokens = 0\n')
     personas = install(env)
     start = PersonaStart(env, None, None, personas)
     assert 'persona "chat": --prompt-tokens' in start.check(env)
     env.parsed_options.request_rate = "4"
-    assert "with --request-rate" in start.check(env)
+    assert plugin_personas.combination_errors(env.parsed_options) is None, "open loop with personas is allowed"
     env.parsed_options.request_rate, env.parsed_options.workload = "", "trace"
-    assert "with --workload trace" in start.check(env)
+    assert "with --workload trace: a trace replays its own requests" in start.check(env)
+
+
+def test_open_loop_gives_each_persona_only_the_arrivals_drawn_to_it(tmp_path, caplog):
+    env = environment(tmp_path, GOOD, request_rate="20", seed=4)
+    plugin = VllmPlugin(env, worker_id="w1", personas=install(env))
+    open_loop = plugin.open_loop
+    assert open_loop.personas == [("chat", 3), ("longdoc", 1)]
+    arrivals = open_loop.segment(20.0, 20.0)
+    arrivals["epoch_s"] -= 60.0  # about 1,200 arrivals already due
+    plugin.run.publish(arrivals=arrivals)
+    table = cumulative_weights([3, 1])
+    drawn = {name: [k for k in range(1000) if persona_of(k, 4, table) == i]
+             for i, name in enumerate(["chat", "longdoc"])}
+    for name in ("chat", "longdoc"):
+        got = [open_loop.claim(name).k for _ in range(100)]
+        assert got == drawn[name][:100], f"{name} took arrivals not drawn to it"
+    assert open_loop.pacer.schedule is None, "no persona-less pacer follows the schedule"
+    env.runner = SimpleNamespace(user_classes_count={"chat": 2, "longdoc": 0})
+    open_loop.on_spawning_complete(user_count=2)
+    open_loop.on_spawning_complete(user_count=2)
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == ["persona longdoc has no users in this process: its share of the arrivals here is not sent; "
+                    "give -u at least one user per persona"], said
+    open_loop.on_test_stop()
+    assert all(p.schedule is None for p in open_loop.pacers.values())
+
+
+class FakeMaster(MasterRunner):
+    """A master's workers and messages only: no port bound, nothing sent."""
+
+    def __init__(self, clients):  # noqa: super().__init__ would bind the master's port
+        self.clients, self.greenlet = SimpleNamespace(all=clients), None
+
+    def send_message(self, *args, **kwargs):
+        pass
+
+
+def test_a_master_slices_each_persona_over_the_workers_that_hold_its_users(tmp_path, caplog):
+    # Locust's dispatch of 3:1 over two workers puts every weight-1 user on one of them.
+    env = environment(tmp_path, GOOD, request_rate="20")
+    plugin = VllmPlugin(env, worker_id="m", personas=install(env))
+    w1, w2 = (SimpleNamespace(id=name, state="running", user_classes_count={}) for name in ("w1", "w2"))
+    env.runner = FakeMaster([w2, w1])
+    open_loop = plugin.open_loop
+    plugin.run.publish(arrivals=open_loop.segment(20.0, 20.0, key=3))
+    first = plugin.run.state.arrivals
+    both = {"w1": 0, "w2": 1}
+    assert first["personas"] == {"chat": both, "longdoc": both}, "before the spawn: every worker"
+    w1.user_classes_count, w2.user_classes_count = {"chat": 3, "longdoc": 2}, {"chat": 3, "longdoc": 0}
+    open_loop.on_spawning_complete(user_count=8)
+    again = plugin.run.state.arrivals
+    assert again["personas"] == {"chat": both, "longdoc": {"w1": 0}}
+    assert again["epoch_s"] >= first["epoch_s"] and (again["key"], again["rate0"]) == (3, 20.0), "republished from now"
+    open_loop.on_spawning_complete(user_count=8)
+    assert plugin.run.state.arrivals is again, "the same senders: no new schedule"
+    env.runner._users_dispatcher = SimpleNamespace(_users_on_workers={"w1": {"chat": 3}, "w2": {"longdoc": 2}})
+    assert open_loop.persona_senders() == {"chat": {"w1": 0}, "longdoc": {"w2": 0}}, "what the master dispatched"
+
+    worker_env = environment(tmp_path, GOOD, request_rate="20")
+    worker = VllmPlugin(worker_env, worker_id="w2", personas=install(worker_env))
+    worker_env.runner = SimpleNamespace(client_id="w2", user_classes_count=w2.user_classes_count)
+    worker.open_loop.follow(SimpleNamespace(arrivals=again))
+    pacers = worker.open_loop.pacers
+    assert pacers["chat"].schedule is not None and pacers["longdoc"].schedule is None
+    worker.open_loop.on_spawning_complete(user_count=3)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], "w1 sends longdoc's share, not w2"
+
+
+def test_without_personas_open_loop_keeps_its_one_pacer(tmp_path):
+    env = environment(tmp_path, None, request_rate="20")
+    plugin = VllmPlugin(env, worker_id="w1", personas=install(env))
+    open_loop = plugin.open_loop
+    assert open_loop.personas == [] and list(open_loop.pacers) == [""]
+    arrivals = open_loop.segment(20.0, 20.0)
+    arrivals["epoch_s"] -= 10.0
+    plugin.run.publish(arrivals=arrivals)
+    assert [open_loop.claim().k for _ in range(5)] == [0, 1, 2, 3, 4], "every arrival, in order"
 
 
 def test_start_names_a_persona_model_the_server_does_not_serve(fake_server, tmp_path):

@@ -115,3 +115,57 @@ def test_an_interrupted_atomic_write_leaves_the_old_file_whole(tmp_path, monkeyp
     with pytest.raises(KeyboardInterrupt):
         write_atomic(target, "a,b\n3,4\n")
     assert target.read_text() == "a,b\n1,2\n"
+
+
+def test_rows_wait_at_most_flush_every_s_and_the_stop_writes_the_rest(tmp_path, monkeypatch):
+    """Issue 25: no write per request on the production path (``record``); the first rows leave at
+    once, the next when the oldest waiting is ``flush_every_s`` old (an audit row's arrival flushes
+    them too), and the stop writes the rest."""
+    import dataclasses
+
+    from vllm_locust.core.schema import ClientRow
+    from vllm_locust.plugin import recorder as recorder_module
+
+    from .test_outcome_and_record import record
+
+    now = [100.0]
+    monkeypatch.setattr(recorder_module.time, "monotonic", lambda: now[0])
+    rec = SampleRecorder(tmp_path, "w")
+    samples, requests = rec.paths("r")
+
+    def on_disk():
+        return [r["request_id"] for r in csv.DictReader(open(requests))]
+
+    def one(request_id):
+        rec.record(record(info=dataclasses.replace(record().info, request_id=request_id)))
+
+    one("w:1")
+    one("w:2")
+    now[0] += 0.5
+    one("w:3")
+    assert on_disk() == ["w:1"], "rows within a second of the last flush wait in memory"
+    now[0] += 0.6
+    rec.client(ClientRow("r", "w", 0.0, "measured", 1, 0, "loop_lag_ms", 0.1))
+    assert on_disk() == ["w:1", "w:2", "w:3"], "a second after the last flush the audit's row flushes them"
+    one("w:4")
+    rec.close()
+    assert on_disk() == ["w:1", "w:2", "w:3", "w:4"], "the stop writes what waited"
+    assert len(list(csv.DictReader(open(samples)))) == 4 * 5, "each record's samples (its E2E and TPOT too) kept"
+
+
+def test_the_lag_warning_reports_the_lateness_the_time_stalled_implies():
+    """Only the share of time spent stalled moves a percentile (``selfaudit.implied_lateness_ms``)."""
+    from vllm_locust.plugin.selfaudit import implied_lateness_ms
+
+    assert implied_lateness_ms([0.0] * 100, 0.99) == 0.0
+    # One 30 ms stall in 100 ticks of 10 ms: 1,030 ms of wall time, a stamp is late by more than e
+    # for 30 - e of it; 1% of 1,030 ms is 10.3 ms, so p99 = 30 - 10.3.
+    assert implied_lateness_ms([30.0] + [0.0] * 99, 0.99) == pytest.approx(19.7)
+    assert implied_lateness_ms([30.0] + [0.0] * 99, 0.95) == 0.0, "97% of the time on time: p95 is 0"
+    # Half of the time stalled (10 ms ticks, 10 ms late each): the median stamp is on time, p90 is
+    # 10 - 0.1 * 2000 / 100 = 8 ms late; lag p99 alone would have said 10.
+    assert implied_lateness_ms([10.0] * 100, 0.5) == pytest.approx(0.0)
+    assert implied_lateness_ms([10.0] * 100, 0.9) == pytest.approx(8.0)
+    # Ten 30 ms stalls among ninety 0.5 ms lags (the warning's test case): lag p99 30, p95 estimate
+    # solves 10 * (30 - e) = 0.05 * (100 * 10 + 345) -> e = 23.275.
+    assert implied_lateness_ms([0.5] * 90 + [30.0] * 10, 0.95) == pytest.approx(23.275)

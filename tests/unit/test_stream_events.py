@@ -1,6 +1,8 @@
 """Stream events past the first token on scripted streams: reasoning then answer (both vLLM keys),
-tool calls with split arguments, and a plain stream that gets none of it; the chat body's tools;
-the Locust events fired once per request; the mock's reasoning and tool-call modes."""
+tool calls with split arguments, and a plain stream that gets none of it; ITL per part (reasoning,
+answer: exact gaps at scripted times, none across parts, none for a plain stream); the chat body's
+tools; the Locust events fired once per request (ITL per part once per gap); the mock's reasoning
+and tool-call modes."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from vllm_locust.backend.endpoints import endpoint, tools_error
 from vllm_locust.core.outcome import Failure, Outcome
 from vllm_locust.core.record import Labels, RequestInfo, RequestRecord
 from vllm_locust.core.reporting import RequestReport
-from vllm_locust.core.schema import E2E, TOOL_ARGS, TOOL_CALL, TTFA, TTFR, TTFT
+from vllm_locust.core.schema import E2E, ITL, ITL_ANSWER, ITL_REASONING, TOOL_ARGS, TOOL_CALL, TTFA, TTFR, TTFT
 from vllm_locust.core.stream import StreamResult, consume, read_stream
 
 SENT = 10.0  # the send instant (perf_counter s) the scripted arrivals count from
@@ -88,6 +90,15 @@ def test_one_tool_call_with_split_arguments_is_content_and_timed():
     assert ev["ttfr_ms"] is None and ev["ttfa_ms"] is None and ev["answer_tokens"] == 0
 
 
+def test_a_tool_call_cut_by_max_tokens_has_no_arguments_complete():
+    """Seen on vLLM 0.32 CPU: dummy weights never closed the argument string; the call ended with
+    finish_reason "length" and its cut JSON had been timed as complete."""
+    _, ev = events_of(delta(tool_calls=[call(0, "{", name="get_weather")]),
+                      delta(tool_calls=[call(0, '"city":"x')], finish="length"))
+    assert ev["tool_calls"] == 1 and ev["tool_call_ms"] == pytest.approx(100.0)
+    assert ev["tool_args_ms"] is None
+
+
 def test_two_tool_calls_are_counted_by_index_and_args_end_at_the_last_piece():
     _, ev = events_of(delta(tool_calls=[call(0, "", name="a")]), delta(tool_calls=[call(0, '{"x": 1}')]),
                       delta(tool_calls=[call(1, "", name="b")]), delta(tool_calls=[call(1, '{"y"')]),
@@ -106,6 +117,65 @@ def test_a_plain_stream_has_no_stream_events():
     row = record.row()
     assert [row.ttfr_ms, row.ttfa_ms, row.reasoning_tokens, row.answer_tokens, row.tool_call_ms, row.tool_args_ms,
             row.tool_calls] == [None] * 7
+
+
+# --- ITL per part ---------------------------------------------------------------------------------
+
+def at_times(*timed):
+    """``(seconds after SENT, chunk)`` pairs as the stream's arrivals, then ``[DONE]``."""
+    return [(SENT + t, json.dumps(c).encode()) for t, c in timed] + [(SENT + 9, b"[DONE]")]
+
+
+def part_gaps(ev: dict, metric: str) -> list[float]:
+    return [round(value, 6) for m, value, _end, _tokens in ev["part_samples"] if m == metric]
+
+
+def test_reasoning_then_answer_gaps_are_split_by_part():
+    result = consume(at_times((0.05, delta(role="assistant", content="")), (0.1, delta(reasoning_content="a", usage=1)),
+                              (0.15, delta(reasoning_content="b", usage=3)), (0.35, delta(reasoning_content="c", usage=4)),
+                              (0.6, delta(content="d", usage=5)), (0.7, delta(content="e", usage=6)),
+                              (1.0, delta(content="f", finish="stop", usage=8))))
+    ev = result.events(SENT)
+    assert part_gaps(ev, ITL_REASONING) == [50.0, 200.0]  # 0.1 -> 0.15 -> 0.35
+    assert part_gaps(ev, ITL_ANSWER) == [100.0, 300.0]  # 0.6 -> 0.7 -> 1.0; 0.35 -> 0.6 is in neither
+    assert len(ev["part_samples"]) == result.content_chunks - 2  # every gap but the one across the parts
+    # each sample ends at its chunk and carries that chunk's tokens (the running usage's step)
+    ends = [round(end - SENT, 6) for _m, _v, end, _t in ev["part_samples"]]
+    assert ends == [0.15, 0.35, 0.7, 1.0]
+    assert [t for *_, t in ev["part_samples"]] == [2, 1, 1, 2]
+
+
+def test_answer_before_and_after_reasoning_keeps_only_gaps_within_a_part():
+    _, ev = events_of(delta(content="x"), delta(content="y"), delta(reasoning_content="r"), delta(content="z"),
+                      delta(content="w", finish="stop"))
+    assert part_gaps(ev, ITL_ANSWER) == [100.0, 100.0] and part_gaps(ev, ITL_REASONING) == []
+    assert [round(end - SENT, 6) for *_, end, _t in ev["part_samples"]] == [0.2, 0.5]  # x->y and z->w
+
+
+def test_tool_call_gaps_are_in_no_part():
+    _, ev = events_of(delta(tool_calls=[call(0, "", name="f")]), delta(tool_calls=[call(0, '{"a": 1}')]),
+                      delta(tool_calls=[call(0)], finish="tool_calls"))
+    assert ev["part_samples"] == ()
+
+
+def test_a_plain_stream_has_no_part_samples_and_no_part_rows():
+    result, ev = events_of(delta(content="a"), delta(content="b"), delta(content="c", finish="stop"))
+    assert result.parts is None and "part_samples" not in ev
+    assert {row[3] for row in record_of(ev).sample_values()} == {E2E}
+
+
+def test_part_samples_become_sample_rows_beside_itl():
+    samples = ((TTFT, 100.0, SENT + 0.1, None), (ITL, 100.0, SENT + 0.2, None), (ITL, 300.0, SENT + 0.5, None))
+    _, ev = events_of(delta(reasoning_content="a"), delta(reasoning_content="b"), delta(content="c", finish="stop"))
+    rows = RequestRecord(info=info(), endpoint="chat", model="m", workload="fixed", prompt_index=0, prompt_kind="fixed",
+                         end_perf_s=SENT + 1, last_perf_s=SENT + 0.3, ttft_ms=100.0, e2e_ms=300.0, tpot_ms=100.0,
+                         output_tokens=3, prompt_tokens=5, completion_tokens=3, content_chunks=3, finish_reason="stop",
+                         failure=None, samples=samples, **ev).sample_values()
+    metrics = [row[3] for row in rows]
+    assert metrics.count(ITL_REASONING) == 1 and metrics.count(ITL_ANSWER) == 0 and metrics.count(ITL) == 2
+    [part] = [row for row in rows if row[3] == ITL_REASONING]
+    [same] = [row for row in rows if row[3] == ITL and row[5] == part[5]]  # the ITL sample of the same chunk
+    assert part[4] == same[4] == 100.0 and part[6:] == same[6:]
 
 
 def test_completions_text_stays_a_plain_stream():
@@ -173,6 +243,19 @@ def test_each_stream_event_is_fired_once_per_request_by_its_schema_name():
     assert sorted(fired_names(reasoning)) == sorted([TTFR, TTFA, E2E])
     assert sorted(fired_names(tools)) == sorted([TOOL_CALL, TOOL_ARGS, E2E])
     assert fired_names({}) == [E2E]  # a plain stream: nothing new
+
+
+def test_itl_per_part_is_fired_once_per_gap_whatever_the_outcome():
+    _, ev = events_of(delta(reasoning_content="a"), delta(reasoning_content="b"), delta(reasoning_content="c"),
+                      delta(content="d"), delta(content="e", finish="stop"))
+    names = fired_names(ev)
+    assert names.count(ITL_REASONING) == 2 and names.count(ITL_ANSWER) == 1
+    broken = fired_names(ev, Failure(Outcome.STREAM_INCOMPLETE, "broke"))
+    assert broken.count(ITL_REASONING) == 2 and broken.count(ITL_ANSWER) == 1 and E2E in broken  # E2E: the failure
+    warmup = FakeEvents()
+    RequestReport(warmup, None, RequestInfo(Labels("r", "warmup", 1, None), "w", "w:1", "chat", 100.0, SENT)).finish(
+        record_of(ev))
+    assert warmup.fired == []  # warm-up samples never reach Locust's stats
 
 
 def test_a_failed_tool_stream_keeps_its_tool_call_but_not_complete_arguments():

@@ -175,7 +175,11 @@ def test_a_run_stopped_mid_stream_keeps_the_request_row_marked_interrupted(fake_
     user = ChatStreamUser(env)
     user.on_start()
     greenlet = gevent.spawn(user.stream_completion)
-    gevent.sleep(0.3)  # TTFT and a few gaps are in; the stream runs for 2 s more
+    # wait for TTFT and a gap (not a fixed time: on a busy machine the first request's set-up
+    # outlasted 0.3 s and the kill came before the send); the stream runs for 2 s more
+    with gevent.Timeout(30, AssertionError("no TTFT and ITL within 30 s")):
+        while not by_name(fired, "ITL"):
+            gevent.sleep(0.01)
     greenlet.kill(block=True)
     VllmPlugin.of(env).recording.close()
     rows = read_csv(tmp_path / "requests-r1-w1.csv")

@@ -10,6 +10,11 @@ ramp from ``rate0`` to ``rate1`` uses the same gaps in *operational time* (``Lam
 expected number of arrivals by ``t``), mapped back to real time by inverting ``Lambda``: the
 standard time-rescaling of a renewal process.
 
+With personas (``--personas``) the schedule stays one: ``persona_of`` gives arrival ``k`` to a
+persona by a seeded weighted draw that depends on ``(seed, key, k)`` only, so every process
+agrees on it without a word, and each persona's users take only the arrivals drawn to it
+(``persona_offsets``: a persona's arrivals are sliced over the processes that hold its users).
+
 A trace (``--workload trace``) brings its own send times instead: ``trace_offsets`` divides them
 by the replay speed and slices them over the processes the same way (arrival ``k`` to process
 ``k % count``).
@@ -21,7 +26,9 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,49 @@ def offsets(segment: Segment, seed: int, burstiness: float, index: int = 0, coun
         expected += gap
         if k % count == index:
             yield k, segment.time_of(expected)
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x: int) -> int:
+    """A fast, well-mixed 64-bit integer hash (splitmix64's finaliser): the same on every process."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def cumulative_weights(weights) -> list[float]:
+    """``[3, 1]`` -> ``[3, 4]``: ``persona_of``'s table (weights must be positive)."""
+    weights = list(weights)
+    if not weights or any(not (w > 0 and math.isfinite(w)) for w in weights):
+        raise ValueError(f"persona weights {weights!r}: positive numbers, at least one")
+    return list(accumulate(weights))
+
+
+def persona_of(k: int, seed: int, cumulative_weights: list[float], key: int = 0) -> int:
+    """The index of the persona that arrival ``k`` is drawn to: a hash of ``(seed, key, k)`` made
+    uniform in [0, 1) and looked up in the cumulative weights. No state, no order: a process
+    draws only the arrivals of its own slice and still agrees with every other process."""
+    h = splitmix64(splitmix64((seed & _MASK64) ^ splitmix64(key & _MASK64)) ^ (k & _MASK64))
+    index = bisect_right(cumulative_weights, (h >> 11) * 2.0 ** -53 * cumulative_weights[-1])
+    return min(index, len(cumulative_weights) - 1)  # never past the last, whatever the rounding
+
+
+def persona_offsets(segment: Segment, seed: int, burstiness: float, persona: int, cumulative: list[float],
+                    index: int = 0, count: int = 1):
+    """This process's share of persona ``persona``'s arrivals (those ``persona_of`` draws to it):
+    the persona's own ``j``-th arrival goes to process ``j % count`` of the ``count`` that hold its
+    users. ``(k, offset_s)`` pairs, ``k`` the arrival's number in the whole schedule."""
+    if not 0 <= index < count:
+        raise ValueError(f"process slice {index} of {count}")
+    j = 0
+    for k, offset_s in offsets(segment, seed, burstiness):
+        if persona_of(k, seed, cumulative, segment.key) == persona:
+            if j % count == index:
+                yield k, offset_s
+            j += 1
 
 
 def trace_offsets(times, speed: float = 1.0, index: int = 0, count: int = 1):

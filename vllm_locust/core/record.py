@@ -98,6 +98,7 @@ class RequestRecord:
     tool_call_ms: float | None = None
     tool_args_ms: float | None = None
     tool_calls: int | None = None
+    part_samples: tuple[tuple, ...] = ()  # ITL per stream part, as ``samples`` (``StreamResult.events``)
 
     @property
     def outcome(self) -> Outcome:
@@ -148,7 +149,8 @@ class RequestRecord:
         tail = (labels.phase, labels.concurrency, labels.step)
         rate, persona = labels.request_rate, info.persona
         rows = [(*head, metric, round(value, 4), round(end + offset, 6), *tail, tokens, rate, persona)
-                for metric, value, end, tokens in self.samples]
+                for metric, value, end, tokens in ((self.samples + self.part_samples) if self.part_samples
+                                                   else self.samples)]
         if self.failure is None and self.e2e_ms is not None:  # a success's own samples end with it
             end = round(self.last_perf_s + offset, 6)
             rows.append((*head, E2E, round(self.e2e_ms, 4), end, *tail, self.output_tokens, rate, persona))

@@ -75,6 +75,8 @@ class RequestReport:
         if self._measured:
             if record.answer_tokens is not None or record.tool_calls is not None:  # not for a plain stream
                 self._stream_events(record, outcome is Outcome.OK)
+                for metric, value, _end, tokens in record.part_samples:  # ITL per part: as ITL, whatever the outcome
+                    self._measured_sample(metric, value, tokens)
             if outcome is Outcome.OK:
                 tokens = record.output_tokens
                 self._measured_sample(E2E, record.e2e_ms, tokens)

@@ -30,6 +30,12 @@ TTFA = "TTFA"  # time to the first answer (content) delta
 TOOL_CALL = "TOOL_CALL"  # time to the first tool-call delta
 TOOL_ARGS = "TOOL_ARGS"  # time to the tool arguments complete (the last argument delta)
 STREAM_EVENT_METRICS = (TTFR, TTFA, TOOL_CALL, TOOL_ARGS)
+# ITL per stream part (Locust event names and sample metrics; a stream with reasoning or tool-call deltas only):
+# each gap between two consecutive content chunks of the same part. The gap from the last reasoning chunk to the
+# first answer chunk belongs to neither; a plain stream has only ITL, which keeps every gap of any part.
+ITL_REASONING = "ITL_REASONING"  # between consecutive reasoning deltas
+ITL_ANSWER = "ITL_ANSWER"  # between consecutive answer (content) deltas
+PART_ITL_METRICS = (ITL_REASONING, ITL_ANSWER)
 # Open loop: TTFT and E2E counted from the instant the schedule meant the request to leave (summary columns).
 TTFT_FROM_INTENDED = "TTFT_FROM_INTENDED"
 E2E_FROM_INTENDED = "E2E_FROM_INTENDED"
@@ -347,6 +353,12 @@ class MetricSummary:
 
 SUMMARISED = (MetricSummary(TTFT, (50, 95, 99), mean=True), MetricSummary(ITL, (50, 95, 99), mean=True),
               MetricSummary(TPOT, (50, 95)), MetricSummary(E2E, (50, 95)))
+# Summarised only where a level has samples of them (a run of plain streams keeps SUMMARY's columns):
+PART_SUMMARISED = tuple(MetricSummary(metric, (50, 95, 99), mean=True) for metric in PART_ITL_METRICS)
+# Columns the summary gets only where they apply: ITL per part, and inputs embedded per second of the
+# measured window (the embeddings endpoint: its rows' content_chunks are the inputs each request embedded).
+OPTIONAL_SUMMARY = Columns(*(column for summarised in PART_SUMMARISED for column in summarised.columns()),
+                           "inputs_per_s")
 
 SUMMARY = Columns(
     "profile", "request_rate", "concurrency", "repeats", "requests", "failures", "failure_kinds", "interrupted",

@@ -27,6 +27,7 @@ from typing import Callable, Iterable
 
 from .metrics import ms_between
 from .outcome import Outcome
+from .schema import ITL_ANSWER, ITL_REASONING
 from .sse import DEFAULT_MAX_EVENT_BYTES, DONE, EventTooLarge, stamped_payloads
 
 try:  # orjson parses a vLLM chunk in about a microsecond; json is the fallback
@@ -65,8 +66,12 @@ class StreamResult:
 
     def events(self, sent_s: float) -> dict:
         """The request row's stream-event fields (``RequestRecord``'s ``ttfr_ms`` ... ``tool_calls``),
-        ms from ``sent_s``; empty for a plain stream (every field stays None)."""
-        return {} if self.parts is None else self.parts.fields(sent_s)
+        ms from ``sent_s``, and its ITL per part (``part_samples``); empty for a plain stream (every
+        field stays None, no part samples)."""
+        if self.parts is None:
+            return {}
+        return {**self.parts.fields(sent_s, self.finish_reason),
+                "part_samples": self.parts.itl_samples(self.content_times_s, self.content_tokens)}
 
 
 ANSWER, REASONING, TOOL = 1, 2, 3  # the part a content chunk belongs to (0: no content)
@@ -75,10 +80,13 @@ ANSWER, REASONING, TOOL = 1, 2, 3  # the part a content chunk belongs to (0: no 
 class StreamParts:
     """Reasoning, answer and tool-call instants and tokens of one stream (``perf_counter`` seconds).
     Tokens are the chunks' own counts by the server's running usage, one per chunk without it.
-    A chunk that carries both reasoning and answer text counts to the answer (its tokens cannot be split)."""
+    A chunk that carries both reasoning and answer text counts to the answer (its tokens cannot be split).
+    ``kinds``: each content chunk's part, in arrival order (the stream's ``content_times_s``), from
+    which ``itl_samples`` finds the gaps within a part at the request's end: one append per chunk,
+    and only for a stream that has parts."""
 
     __slots__ = ("first_reasoning_s", "first_answer_s", "reasoning_tokens", "answer_tokens", "first_tool_s",
-                 "last_args_s", "tool_indexes")
+                 "last_args_s", "tool_indexes", "kinds")
 
     def __init__(self, result: StreamResult):
         """Made at the first non-answer delta: the answer chunks before it (if any) are counted from ``result``."""
@@ -89,8 +97,10 @@ class StreamParts:
         self.first_tool_s: float | None = None
         self.last_args_s: float | None = None
         self.tool_indexes: set = set()
+        self.kinds = [ANSWER] * len(result.content_times_s)
 
     def add(self, part: int, delta, now: float, tokens: int | None) -> None:
+        self.kinds.append(part)
         count = 1 if tokens is None else tokens
         if part == ANSWER:
             if self.first_answer_s is None:
@@ -112,15 +122,30 @@ class StreamParts:
                 if isinstance(function, dict) and function.get("arguments"):
                     self.last_args_s = now
 
-    def fields(self, sent_s: float) -> dict:
+    def fields(self, sent_s: float, finish_reason: str | None = None) -> dict:
+        """Stream-event fields, ms from ``sent_s``. A call cut by max_tokens (``finish_reason``
+        "length") never completed: its arguments are not whole JSON, so no ``tool_args_ms``."""
         def ms(t):
             return None if t is None else ms_between(sent_s, t)
 
         reasoned = self.first_reasoning_s is not None
         return dict(ttfr_ms=ms(self.first_reasoning_s), ttfa_ms=ms(self.first_answer_s),
                     reasoning_tokens=self.reasoning_tokens if reasoned else None, answer_tokens=self.answer_tokens,
-                    tool_call_ms=ms(self.first_tool_s), tool_args_ms=ms(self.last_args_s),
+                    tool_call_ms=ms(self.first_tool_s), tool_args_ms=None if finish_reason == "length" else ms(self.last_args_s),
                     tool_calls=len(self.tool_indexes) if self.tool_indexes else None)
+
+    def itl_samples(self, times: list[float], tokens: list[int | None]) -> tuple[tuple, ...]:
+        """``(ITL_REASONING or ITL_ANSWER, gap_ms, end_s, tokens)`` for each gap between two consecutive
+        content chunks of one part (``times``, ``tokens``: the stream's, one per chunk of ``kinds``),
+        the sample format of ``RequestRecord.samples``. A gap that crosses from one part to another
+        (reasoning to answer), or between tool-call deltas, is in neither."""
+        kinds, out = self.kinds, []
+        for i in range(1, min(len(kinds), len(times))):
+            part = kinds[i]
+            if part == kinds[i - 1] and part != TOOL:
+                out.append((ITL_REASONING if part == REASONING else ITL_ANSWER, ms_between(times[i - 1], times[i]),
+                            times[i], tokens[i] if i < len(tokens) else None))
+        return tuple(out)
 
 
 TOKEN_SLACK = 2  # content chunks allowed past max_tokens before the stream is called runaway

@@ -3,6 +3,15 @@
 The deciding process puts a schedule (``segment``) in the run state; every sending process points
 its ``Pacer`` at its own slice of it, so the rate is the total over all workers together. A trace
 (``--workload trace``) is open loop too, on its own times: ``tracereplay.py`` sets its schedule.
+
+With personas the schedule is still one (the rate is the total over all personas): arrival ``k``
+goes to a persona by a seeded weighted draw (``arrivals.persona_of``, the same on every process),
+and each process keeps one pacer per persona, so a persona's users take only its arrivals and are
+the cap on its requests in flight (as Locust's class split makes them its share of the users).
+On a master a persona's arrivals are sliced over the workers that hold its users: Locust's
+dispatch does not give every worker every class (3:1 over two workers puts every weight-1 user on
+one), so once the users are spawned the master republishes the schedule, from then, with each
+persona's senders (``persona_senders``).
 """
 
 from __future__ import annotations
@@ -12,27 +21,51 @@ import time
 
 from locust.runners import MasterRunner
 
-from ..core.arrivals import Segment, parse_rates
+from ..core.arrivals import Segment, cumulative_weights, parse_rates, persona_offsets
 from .pacer import Arrival, Pacer
 from .tracereplay import is_trace
 
 logger = logging.getLogger(__name__)
 
 
+def persona_weights(environment) -> list[tuple[str, int]]:
+    """``(name, weight)`` of each persona in file order (``personas.install`` made them the user
+    classes, the same on every process); [] without ``--personas``."""
+    classes = (getattr(environment, "available_user_classes", None) or {}).values()
+    return [(c.persona.name, c.persona.weight) for c in classes if getattr(c, "persona", None) is not None]
+
+
+def users_on_workers(runner) -> dict:
+    """A master's users per worker and class: what it dispatched (Locust's dispatcher; the workers'
+    own reports may come after ``spawning_complete``, their wait being a second), else what they
+    reported."""
+    nodes = {c.id: c for c in runner.clients.all if c.state != "missing"}
+    dispatched = getattr(getattr(runner, "_users_dispatcher", None), "_users_on_workers", None)
+    if isinstance(dispatched, dict):
+        return {node: counts for node, counts in dispatched.items() if node in nodes}
+    return {node: c.user_classes_count for node, c in nodes.items()}
+
+
 class OpenLoop:
-    """This process's pacer and the schedule it follows."""
+    """This process's pacers (one, or one per persona) and the schedule they follow."""
 
     def __init__(self, environment, run, failures):
         self.environment = environment
         self.run = run
         self.failures = failures
-        self.pacer = Pacer()
+        self.pacer = Pacer()  # without personas, the one pacer (and a trace's)
+        self.personas = persona_weights(environment)
+        self.pacers = {"": self.pacer, **{name: Pacer() for name, _weight in self.personas}}
         self._unscheduled_said = False
+        self._spawned = False  # this run's users are spawned (``spawning_complete``)
+        self._userless_said: set[str] = set()
         run.follow(self.follow)
 
     def register(self, events) -> None:
         events.test_start.add_listener(self.on_test_start)
         events.test_stop.add_listener(self.on_test_stop)
+        if self.personas:
+            events.spawning_complete.add_listener(self.on_spawning_complete)
 
     @property
     def active(self) -> bool:
@@ -41,10 +74,12 @@ class OpenLoop:
         options = self.environment.parsed_options
         return bool(str(getattr(options, "request_rate", "") or "").strip()) or is_trace(options)
 
-    def claim(self) -> Arrival | None:
-        """Open loop: wait for this process's next arrival (at once when it is already due); closed
-        loop: None at once."""
-        return self.pacer.claim() if self.active else None
+    def claim(self, persona: str = "") -> Arrival | None:
+        """Open loop: wait for this process's next arrival (of ``persona``'s share, with personas;
+        at once when it is already due); closed loop: None at once."""
+        if not self.active:
+            return None
+        return self.pacers.get(persona, self.pacer).claim()
 
     def segment(self, rate0: float, rate1: float, ramp_s: float = 0.0, key: int = 0) -> dict:
         """A schedule for the run state, starting now. On a master it names the workers that share
@@ -53,7 +88,8 @@ class OpenLoop:
         epoch_s = time.time()
         Segment(epoch_s, rate0, rate1, ramp_s, key)  # refuses bad rates here, on the deciding side
         return dict(epoch_s=epoch_s, rate0=rate0, rate1=rate1, ramp_s=ramp_s, key=key,
-                    seed=int(options.seed), burstiness=float(options.burstiness), senders=self.senders())
+                    seed=int(options.seed), burstiness=float(options.burstiness), senders=self.senders(),
+                    personas=self.persona_senders())
 
     def senders(self, with_users: bool = False) -> dict | None:
         """On a master, its workers that share a schedule, each with its slice's number (``with_users``:
@@ -65,6 +101,21 @@ class OpenLoop:
         if with_users and any(c.user_count > 0 for c in nodes):
             nodes = [c for c in nodes if c.user_count > 0]
         return {node: i for i, node in enumerate(sorted(c.id for c in nodes))}
+
+    def persona_senders(self) -> dict | None:
+        """On a master with personas, each persona's senders: ``{persona: {worker: slice}}`` over
+        the workers that report users of it (all of them while none does, before the spawn); None
+        elsewhere (the one process holds every persona's users)."""
+        runner = self.environment.runner
+        if not self.personas or not isinstance(runner, MasterRunner):
+            return None
+        held = users_on_workers(runner)
+        everyone = self.senders()
+        groups = {}
+        for name, _weight in self.personas:
+            ids = sorted(node for node, counts in held.items() if (counts or {}).get(name, 0) > 0)
+            groups[name] = {node: i for i, node in enumerate(ids)} if ids else everyone
+        return groups
 
     def key(self) -> tuple | None:
         """``(rate0, rate1, ramp_s, key)`` of the schedule in force (``shapes.rate_segment``'s form)."""
@@ -91,16 +142,66 @@ class OpenLoop:
         a = state.arrivals
         if a and a.get("trace"):
             return
-        if not a or not self.run.records_samples:
-            self.pacer.set_segment(None)
-            return
-        mine = self.slice_of(a)
+        mine = self.slice_of(a) if a and self.run.records_samples else None
         if mine is None:
-            self.pacer.set_segment(None)
+            self._set_all(None)
             return
         index, count = mine
         segment = Segment(a["epoch_s"], a["rate0"], a["rate1"], a.get("ramp_s") or 0.0, a.get("key") or 0)
-        self.pacer.set_segment(segment, int(a.get("seed") or 0), float(a.get("burstiness") or 1.0), index, count)
+        seed, burstiness = int(a.get("seed") or 0), float(a.get("burstiness") or 1.0)
+        if not self.personas:
+            self.pacer.set_segment(segment, seed, burstiness, index, count)
+            return
+        self.pacer.set_segment(None)
+        table = cumulative_weights([weight for _name, weight in self.personas])
+        groups = a.get("personas") or {}
+        me = getattr(self.environment.runner, "client_id", None)
+        for i, (name, _weight) in enumerate(self.personas):
+            senders = groups.get(name)
+            if senders is None:
+                mine = index, count  # one process, or every sender
+            elif me in senders:
+                mine = senders[me], len(senders)
+            else:  # none of this persona's users are here: the workers that hold them send its share
+                self.pacers[name].set_segment(None)
+                continue
+            share = persona_offsets(segment, seed, burstiness, i, table, *mine)
+            self.pacers[name].set_segment(segment, arrivals=share)
+        if self._spawned:
+            self.say_userless()
+
+    def _set_all(self, segment) -> None:
+        for pacer in self.pacers.values():
+            pacer.set_segment(segment)
+
+    def on_spawning_complete(self, **_kwargs) -> None:
+        self._spawned = True
+        self.reslice()
+        self.say_userless()
+
+    def reslice(self) -> None:
+        """A master, once its users are spawned: each persona's arrivals to the workers that hold
+        its users. A change republishes the schedule from now (same rates and key): arrivals are
+        never handed out twice, and those of the old one not yet due are dropped."""
+        a = self.run.state.arrivals
+        if not a or a.get("trace") or not self.run.deciding or self.failures.failed:
+            return
+        wanted = self.persona_senders()
+        if wanted is not None and wanted != a.get("personas"):
+            self.run.publish(arrivals=self.segment(a["rate0"], a["rate1"], a.get("ramp_s") or 0.0,
+                                                   a.get("key") or 0))
+
+    def say_userless(self) -> None:
+        """Once a run per persona: one that holds a share of this process's slice but no user here
+        (its arrivals here are never claimed, hence never sent)."""
+        runner = self.environment.runner
+        counts = getattr(runner, "user_classes_count", None) or {}
+        for name, _weight in self.personas:
+            if (self.pacers[name].schedule is not None and not counts.get(name)
+                    and name not in self._userless_said):
+                self._userless_said.add(name)
+                logger.warning("persona %s has no users in this process: its share of the arrivals here is not "
+                               "sent; give -u at least one user per persona", name)
 
     def on_test_start(self, environment, **_kwargs) -> None:
         """Without the steps shape (web UI, -u/-r): one rate for the whole run, the users its cap."""
@@ -118,4 +219,5 @@ class OpenLoop:
             self.failures.fail_run(str(err))
 
     def on_test_stop(self, **_kwargs) -> None:
-        self.pacer.set_segment(None)
+        self._set_all(None)
+        self._spawned, self._userless_said = False, set()

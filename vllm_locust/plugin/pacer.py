@@ -35,7 +35,8 @@ class Arrival:
 
 
 class Pacer:
-    """One per process. ``set_segment`` or ``set_trace`` (from the run state) replaces the schedule;
+    """One per process (with personas, one per persona: each hands out only its persona's arrivals).
+    ``set_segment`` or ``set_trace`` (from the run state) replaces the schedule;
     ``claim`` blocks until this process's next arrival is due, or until a schedule exists."""
 
     def __init__(self):
@@ -53,12 +54,17 @@ class Pacer:
         self._busy: set = set()  # users holding an arrival of the finite schedule, request not over
 
     def set_segment(self, segment: Segment | None, seed: int = 0, burstiness: float = 1.0,
-                    index: int = 0, count: int = 1) -> None:
-        """Follow ``segment`` from now on; arrivals claimed under the old one and not yet due are dropped."""
+                    index: int = 0, count: int = 1, arrivals: Iterator | None = None) -> None:
+        """Follow ``segment`` from now on; arrivals claimed under the old one and not yet due are dropped.
+        ``arrivals``: the ``(k, offset_s)`` pairs to hand out when not this slice of the whole
+        schedule (a persona's share, ``arrivals.persona_offsets``)."""
         if segment == self.schedule:
             return
-        self._follow(segment, segment.epoch_s if segment else 0.0,
-                     offsets(segment, seed, burstiness, index, count) if segment else iter(()))
+        if segment is None:
+            arrivals = iter(())
+        elif arrivals is None:
+            arrivals = offsets(segment, seed, burstiness, index, count)
+        self._follow(segment, segment.epoch_s if segment else 0.0, arrivals)
 
     def set_trace(self, key, epoch_s: float, arrivals: Iterator[tuple[int, float]],
                   on_done: Callable[[int], None]) -> None:

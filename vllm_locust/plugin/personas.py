@@ -137,11 +137,9 @@ def persona_option_errors(environment, persona: Persona, shaped: bool) -> str | 
 
 
 def combination_errors(options) -> str | None:
-    """What personas cannot be combined with (yet), one line."""
+    """What personas cannot be combined with, one line. Open loop (``--request-rate``) is fine: the
+    run's one schedule is drawn to the personas by weight (``openloop.py``)."""
     path = getattr(options, "personas", "")
-    if str(getattr(options, "request_rate", "") or "").strip():
-        return (f"--personas {path} with --request-rate: open loop with personas is not supported yet "
-                "(run them closed loop: -u splits the users by weight)")
     if str(getattr(options, "workload", "")) == "trace":
         return f"--personas {path} with --workload trace: a trace replays its own requests; personas do not apply"
     return None

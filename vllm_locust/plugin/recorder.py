@@ -1,4 +1,4 @@
-"""Raw samples to CSV, one set of files per process, flushed after every request.
+"""Raw samples to CSV, one set of files per process, written at least once a second.
 
 ``samples-<run_id>-<worker_id>.csv`` holds ``schema.SampleRow`` rows, ``requests-<run_id>-<worker_id>.csv``
 ``schema.RequestRow`` rows, ``client-<run_id>-<worker_id>.csv`` the client's audit of itself
@@ -6,6 +6,11 @@
 files, so ``--processes N`` and ``--master/--worker`` need no merging step; pandas reads them with
 ``read_csv`` and a glob. A worker's files are written by its master (``outbox``), in the master's
 ``--samples-dir``, and on the worker's own disk only with ``--worker-samples-dir``.
+
+Rows wait in memory and leave together at most ``FLUSH_EVERY_S`` after the first of them (a write
+per request was a syscall on the path between one request and the next, issue 25): the audit's
+rows, 100 a second while a run is recorded, give a quiet run's rows their flush, and the run's
+stop (``close``) writes the rest.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import csv
 import functools
 import io
 import logging
+import time
 from operator import attrgetter
 from pathlib import Path
 
@@ -24,12 +30,14 @@ from ..core.wholelines import AppendFile, describe
 
 SAMPLE_COLUMNS = names_of(SampleRow)
 REQUEST_COLUMNS = names_of(RequestRow)
+FLUSH_EVERY_S = 1.0  # rows wait at most about this long in memory
+FLUSH_BYTES = 1 << 20  # ... or until this many characters wait in one file
 logger = logging.getLogger(__name__)
 
 
 class _CsvFile:
     """One raw file: on disk (``path``), in an outbox to the master (``outbox``), or both. Rows
-    wait in a buffer and leave at ``flush`` (every request) as one whole piece: a full disk leaves
+    wait in a buffer and leave at ``flush`` (``SampleRecorder._flush_if_due``) as one whole piece: a full disk leaves
     whole lines (``wholelines``)."""
 
     def __init__(self, path: Path | None, row_type, outbox: Outbox | None = None, name: str = ""):
@@ -121,6 +129,8 @@ class SampleRecorder:
         self._samples: _CsvFile | None = None
         self._requests: _CsvFile | None = None
         self._client: _CsvFile | None = None
+        self.flush_every_s = FLUSH_EVERY_S  # 0: after every request (as before issue 25)
+        self._flushed_s = float("-inf")  # monotonic time of the last flush: the first rows leave at once
 
     def paths(self, run_id: str) -> tuple[Path, Path]:
         return samples_file(self.directory, run_id, self.worker_id), requests_file(self.directory, run_id, self.worker_id)
@@ -177,13 +187,23 @@ class SampleRecorder:
             self._samples.writer.writerows(record.sample_values())
         if self._requests is not None:
             self._requests.write(row)
-        self.flush()
+        self._flush_if_due()
+
+    def _flush_if_due(self) -> None:
+        """Flush when the oldest waiting rows are ``flush_every_s`` old (their files are then at
+        most that far behind) or a file's buffer is large."""
+        now = time.monotonic()
+        if now - self._flushed_s >= self.flush_every_s or any(
+                f is not None and f.buffer.tell() > FLUSH_BYTES for f in (self._samples, self._requests)):
+            self._flushed_s = now
+            self.flush()
 
     @_unless_failed
     def client(self, row: ClientRow) -> None:
         self._open(row.run_id)
         if self._client is not None:
-            self._client.write(row)  # leaves with the next request's rows (``flush``)
+            self._client.write(row)
+        self._flush_if_due()  # 100 a second while a run is audited: a quiet run's rows leave too
 
     def sample(self, row: SampleRow) -> None:
         self.samples([row])

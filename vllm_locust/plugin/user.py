@@ -123,7 +123,7 @@ class ChatStreamUser(User):
         if self.sessions:
             return self.play_session(ctx, api, client)
         # Open loop: wait for this process's next arrival (at once when it is already due).
-        arrival = plugin.open_loop.claim()
+        arrival = plugin.open_loop.claim(self.persona_name)
         labels = self._labels(arrival)
         prompt, rendered = ctx.next_request(labels.run_id, arrival)
         if not api.streams:  # embeddings: a batch of inputs, each its own tagged prompt

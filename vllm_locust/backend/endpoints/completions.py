@@ -7,6 +7,7 @@ from . import Endpoint, register
 
 class Completions(Endpoint):
     name = "completions"
+    path = "/completions"
     prompt_field = "prompt"
     prompt_form = "text"
 

@@ -21,7 +21,7 @@ MESSAGES, TEXT = "messages", "text"  # the two prompt forms: a chat template ren
 PROMPT_FORMS = (MESSAGES, TEXT)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Prompt:
     """One pool entry: chat ``messages`` or completions ``prefix`` + ``text``, its exact token count.
 

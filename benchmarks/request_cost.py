@@ -1,0 +1,184 @@
+"""The client's CPU per request and per chunk: one Locust process against the exact-timing mock.
+
+Why: a closed-loop wave starts many requests at once, and every microsecond of CPU a request costs
+before its first byte delays the wave's first chunks (issue 25). Measured as CPU time (not wall
+clock, so a busy machine does not change it): the locust process's user+system time is read from
+``/proc/<pid>/stat`` while requests flow, and divided by the requests it completed in that window.
+Two reply lengths split the cost: ``cost(n) = per_request + n * per_chunk`` at n = ``--short`` and
+``--long`` tokens. ``--profile`` also runs ``py-spy record --format raw`` on the short run and prints
+the top functions by own time.
+
+    python benchmarks/request_cost.py --users 8 --repeat 3 [--profile out/profile.txt]
+    python benchmarks/request_cost.py --wave 64   # the spread of send stamps within closed-loop waves
+
+``--wave N``: N users, fixed 64-token replies at the mock's exact timing (TTFT 100 ms, ITL 5 ms), so
+every stream of a wave ends in the same instant and the next wave's N requests start together; the
+spread of a wave is its last send stamp (``sent_at_s``) minus its first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from vllm_locust.mock.server import start_process  # noqa: E402
+
+TICK_S = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of one process (``/proc/<pid>/stat`` fields 14 and 15)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICK_S
+
+
+def completed_requests(out: str) -> list[tuple[float, float]]:
+    """(sent unix s, end unix s) of every successful request in the run's request files."""
+    import csv
+
+    rows = []
+    for path in glob.glob(f"{out}/requests-*.csv"):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get("kind", "ok") == "ok" and row.get("e2e_ms"):
+                    sent = float(row["sent_at_s"])
+                    rows.append((sent, sent + float(row["e2e_ms"]) / 1000))
+    return rows
+
+
+def run(server, users: int, tokens: int, duration_s: int, profile: str | None = None) -> dict:
+    """One locust run; CPU per completed request inside the steady window (first and last 20% cut)."""
+    server.configure(ttft_ms=5.0, itl_ms=2.0 if tokens > 2 else 1.0, tokens=tokens)
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+               "--headless", "-u", str(users), "-r", str(users), "-t", f"{duration_s}s", "--only-summary",
+               "--max-tokens", str(tokens), "--prompt-tokens", "64", "--prompt-pool", "64",
+               "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        spy = None
+        trace: list[tuple[float, float]] = []
+        while proc.poll() is None:
+            c = cpu_s(proc.pid)
+            if c is not None:
+                trace.append((time.time(), c))
+            if profile and spy is None and len(trace) > 5 / 0.1:  # after start-up: the steady run only
+                spy = subprocess.Popen([shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"),
+                                        "record", "--pid", str(proc.pid), "--format", "raw", "-o", profile,
+                                        "--duration", str(max(1, duration_s - 10)), "--rate", "200"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.1)
+        err = proc.stderr.read()
+        if spy is not None:
+            spy.wait()
+        if proc.returncode not in (0, 1):
+            raise SystemExit(err[-2000:])
+        done = completed_requests(out)
+    sends = sorted(s for s, _ in done)
+    lo, hi = sends[0], sends[-1]
+    start, end = lo + 0.2 * (hi - lo), lo + 0.8 * (hi - lo)
+    n = sum(1 for s, e in done if s >= start and e <= end)
+    times = [t for t, _ in trace]
+    cpus = [c for _, c in trace]
+
+    def at(t: float) -> float:
+        import bisect
+
+        i = min(max(1, bisect.bisect_left(times, t)), len(times) - 1)
+        t0, t1, c0, c1 = times[i - 1], times[i], cpus[i - 1], cpus[i]
+        return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c1
+
+    cpu = at(end) - at(start)
+    return {"tokens": tokens, "requests": n, "cpu_s": cpu, "us_per_request": cpu / max(n, 1) * 1e6,
+            "cpu_share": cpu / (end - start)}
+
+
+def wave_spread(server, users: int, duration_s: int) -> dict:
+    """Spread (ms) of the send stamps within each closed-loop wave after the first."""
+    server.configure(ttft_ms=100.0, itl_ms=5.0, tokens=64)
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+               "--headless", "-u", str(users), "-r", str(users), "-t", f"{duration_s}s", "--only-summary",
+               "--max-tokens", "64", "--prompt-tokens", "64", "--prompt-pool", "64",
+               "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING"]
+        subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        sends = sorted(s for s, _ in completed_requests(out))
+    waves, current = [], [sends[0]]
+    for t in sends[1:]:
+        if t - current[-1] > 0.1:  # a wave lasts 100 + 64 * 5 ms: 100 ms apart is the next one
+            waves.append(current)
+            current = [t]
+        else:
+            current.append(t)
+    spreads = sorted((w[-1] - w[0]) * 1000 for w in waves[1:] if len(w) >= users // 2)
+    return {"waves": len(spreads), "spread p50 ms": round(statistics.median(spreads), 2),
+            "spread max ms": round(spreads[-1], 2)}
+
+
+def top_own(profile: str, count: int = 12) -> list[tuple[str, float]]:
+    """py-spy raw (collapsed stacks): the functions where samples were taken, by share of non-idle samples."""
+    own: collections.Counter = collections.Counter()
+    total = 0
+    with open(profile) as f:
+        for line in f:
+            stack, _, n = line.rstrip().rpartition(" ")
+            leaf = stack.split(";")[-1]
+            own[leaf] += int(n)
+            total += int(n)
+    return [(name, 100 * n / total) for name, n in own.most_common(count)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=8)
+    parser.add_argument("--duration", type=int, default=20)
+    parser.add_argument("--short", type=int, default=2)
+    parser.add_argument("--long", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--wave", type=int, default=0, help="measure the send spread of closed-loop waves of N users instead")
+    parser.add_argument("--profile", help="py-spy raw profile of one short run here (and its top entries printed)")
+    args = parser.parse_args()
+    server = start_process()
+    if args.wave:
+        try:
+            for _ in range(args.repeat):
+                print(args.wave, "users:", wave_spread(server, args.wave, args.duration), flush=True)
+        finally:
+            server.stop()
+        return
+    short, long_ = [], []
+    try:
+        for i in range(args.repeat):
+            short.append(run(server, args.users, args.short, args.duration,
+                             args.profile if (args.profile and i == 0) else None))
+            long_.append(run(server, args.users, args.long, args.duration))
+            print(short[-1], long_[-1], file=sys.stderr, flush=True)
+    finally:
+        server.stop()
+    per_chunk = [(b["us_per_request"] - a["us_per_request"]) / (args.long - args.short) for a, b in zip(short, long_)]
+    per_request = [a["us_per_request"] - args.short * c for a, c in zip(short, per_chunk)]
+    print(f"users {args.users}; per request (fixed) us: {', '.join(f'{v:.0f}' for v in per_request)} "
+          f"(median {statistics.median(per_request):.0f}); per chunk us: {', '.join(f'{v:.1f}' for v in per_chunk)} "
+          f"(median {statistics.median(per_chunk):.1f}); {args.short}-token request, all in, us: "
+          f"{', '.join(format(a['us_per_request'], '.0f') for a in short)}")
+    if args.profile:
+        for name, share in top_own(args.profile):
+            print(f"{share:5.1f}%  {name}")
+
+
+if __name__ == "__main__":
+    main()
