@@ -124,7 +124,7 @@ def test_the_recorder_writes_a_record_on_the_production_path(tmp_path):
     assert tuple(samples[0]) == tuple(SAMPLE)
     assert [s["metric"] for s in samples] == ["TTFT", "ITL", "ITL", "E2E", "TPOT", "TTFT", "ITL", "ITL"], \
         "a success's E2E and TPOT come from its record; a failure's partial samples stay"
-    assert samples[3]["t_s"] == "1000.5" and samples[3]["value_ms"] == "500.0", "E2E ends at the last content chunk"
+    assert float(samples[3]["t_s"]) == 1000.5 and float(samples[3]["value_ms"]) == 500.0, "E2E ends at the last content chunk"
     assert tuple(requests[0]) == tuple(REQUEST) and [r["kind"] for r in requests] == ["ok", "timeout"]
     assert requests[1]["e2e_ms"] == "" and requests[1]["error"] == "timeout"
 

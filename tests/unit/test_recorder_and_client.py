@@ -169,3 +169,44 @@ def test_the_lag_warning_reports_the_lateness_the_time_stalled_implies():
     # Ten 30 ms stalls among ninety 0.5 ms lags (the warning's test case): lag p99 30, p95 estimate
     # solves 10 * (30 - e) = 0.05 * (100 * 10 + 345) -> e = 23.275.
     assert implied_lateness_ms([0.5] * 90 + [30.0] * 10, 0.95) == pytest.approx(23.275)
+
+
+def test_sample_text_is_csv_of_the_records_sample_values(tmp_path):
+    """The recorder formats a request's sample rows itself (issue 25): the file must read back as
+    ``csv.writer`` would have written ``sample_values()``: same fields (quoted ones included), same numbers."""
+    import random
+
+    from vllm_locust.core.outcome import Failure, Outcome
+    from vllm_locust.core.record import Labels, RequestInfo, RequestRecord
+
+    rng = random.Random(7)
+    records = []
+    for i, (run_id, persona, rate, tokens) in enumerate([("r", "", None, 1), ('r,"q"', 'p, "x"\nz', 2.5, None),
+                                                         ("r", "chat", 0.1, 7)]):
+        samples = tuple((metric, rng.uniform(0, 3000), 10 + rng.uniform(0, 1e4), tokens)
+                        for metric in ("TTFT", "ITL", "ITL", 'odd,"metric"'))
+        info = RequestInfo(Labels(run_id, "measured", 64, 3, rate), "w", f"w:{i}", "chat",
+                           sent_at_s=1.7e9 + rng.random(), sent_perf_s=10.0, persona=persona)
+        records.append(RequestRecord(
+            info=info, endpoint="chat", model="m", workload="fixed", prompt_index=0, prompt_kind="fixed",
+            end_perf_s=20.0, last_perf_s=19.123456789, ttft_ms=1.0, e2e_ms=9.5 if i != 1 else None, tpot_ms=0.25,
+            output_tokens=3, prompt_tokens=5, completion_tokens=3, content_chunks=3, finish_reason="length",
+            failure=None if i != 1 else Failure(Outcome.TIMEOUT, "t"), samples=samples,
+            part_samples=(("ITL_ANSWER", 0.5, 11.0, 2),) if i == 2 else ()))
+    rec = SampleRecorder(tmp_path, "w")
+    for record in records:
+        rec.record(record)
+    rec.close()
+    written = []
+    for path in sorted(tmp_path.glob("samples-*.csv")):
+        with open(path, newline="") as f:
+            written.extend(list(csv.reader(f))[1:])
+    expected = [row for record in sorted(records, key=lambda r: r.info.run_id) for row in record.sample_values()]
+    assert len(written) == len(expected) == 4 + 6 + 7
+    for got, want in zip(written, expected):
+        assert len(got) == len(SAMPLE_COLUMNS)
+        for name, text, value in zip(SAMPLE_COLUMNS, got, want):
+            if name in ("value_ms", "t_s"):
+                assert float(text) == value, (name, text, value)
+            else:
+                assert text == ("" if value is None else str(value)), (name, text, value)

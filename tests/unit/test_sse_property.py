@@ -104,3 +104,37 @@ def test_an_unfinished_event_is_searched_only_in_its_new_bytes():
         decoder.feed(b"y" * 4096)
         assert decoder._scan == len(decoder._buffer) - 1, "the next search starts at the new bytes"
     assert decoder.feed(b"\n\n") == [b"y" * 4096 * 256]
+
+
+def stamped(pieces: list[bytes], limit: int = 0) -> list[bytes]:
+    from vllm_locust.core.sse import stamped_payloads
+
+    return [payload for _, payload in stamped_payloads(pieces, clock=lambda: 0.0, max_event_bytes=limit)]
+
+
+@CHEAP
+@given(st.lists(st.one_of(events().map(lambda e: e[0]), st.binary(max_size=40),
+                          st.sampled_from([b"data: x\n\n", b"data:x\n\n", b"data:\n\n", b"data: x\r\n\n", b"data: a",
+                                           b"\n\n", b"data: x\n\n\n", b"data: " + b"y" * 30 + b"\n\n", b"\r"])),
+                max_size=12), st.sampled_from([0, 16, 200]))
+def test_stamped_payloads_fast_path_returns_what_the_decoder_does(pieces, limit):
+    """``stamped_payloads`` skips the decoder for a read that is one whole one-line event (issue
+    25): for any reads it must yield the decoder's payloads, and refuse what the decoder refuses."""
+    try:
+        expected = decode(pieces, limit)[0]
+    except EventTooLarge:
+        expected = EventTooLarge
+    try:
+        got = stamped(pieces, limit)
+    except EventTooLarge:
+        got = EventTooLarge
+    assert got == expected
+
+
+def test_stamped_payloads_fast_path_cases():
+    assert stamped([b"data: a\n\n", b"data:b\n\n", b"data: c", b"\n\n", b"data: d\n\n"]) == [b"a", b"b", b"c", b"d"]
+    assert stamped([b"data: a\r", b"\n\r\n", b"data: b\n\n"]) == [b"a", b"b"]
+    assert stamped([b"data: a\n\n\r", b"data: b\n\n"]) == decode([b"data: a\n\n\r", b"data: b\n\n"])[0] == [b"a"], \
+        "a held-back \\r starts the next read: that read is the decoder's"
+    with pytest.raises(EventTooLarge):
+        stamped([b"data: " + b"x" * 20 + b"\n\n"], limit=16)

@@ -140,20 +140,23 @@ class RequestRecord:
             tool_call_ms=_rounded(self.tool_call_ms), tool_args_ms=_rounded(self.tool_args_ms),
             tool_calls=self.tool_calls, **open_loop)
 
-    def sample_values(self) -> list[tuple]:
-        """The samples as ``SampleRow`` field tuples (``SAMPLE_ORDER``), rounded as written: no
-        object per chunk on the hot path."""
+    def sample_parts(self) -> tuple[tuple, tuple, tuple, float, tuple[tuple, ...]]:
+        """What the sample rows are made of (``SAMPLE_ORDER``): the fields every row of this request
+        shares, before ``metric`` (run_id, worker_id, request_id), between ``t_s`` and ``tokens``
+        (phase, concurrency, step) and after them (request_rate, persona); the offset from
+        perf_counter to unix seconds; and the samples ``(metric, value_ms, end_perf_s, tokens)``
+        unrounded, a success's E2E and TPOT last. The recorder formats them once per request."""
         info, labels = self.info, self.info.labels
-        offset = info.sent_at_s - info.sent_perf_s  # perf_counter -> unix seconds
-        head = (labels.run_id, info.worker_id, info.request_id)
-        tail = (labels.phase, labels.concurrency, labels.step)
-        rate, persona = labels.request_rate, info.persona
-        rows = [(*head, metric, round(value, 4), round(end + offset, 6), *tail, tokens, rate, persona)
-                for metric, value, end, tokens in ((self.samples + self.part_samples) if self.part_samples
-                                                   else self.samples)]
+        samples = (self.samples + self.part_samples) if self.part_samples else self.samples
         if self.failure is None and self.e2e_ms is not None:  # a success's own samples end with it
-            end = round(self.last_perf_s + offset, 6)
-            rows.append((*head, E2E, round(self.e2e_ms, 4), end, *tail, self.output_tokens, rate, persona))
+            samples += ((E2E, self.e2e_ms, self.last_perf_s, self.output_tokens),)
             if self.tpot_ms is not None:
-                rows.append((*head, TPOT, round(self.tpot_ms, 4), end, *tail, self.output_tokens, rate, persona))
-        return rows
+                samples += ((TPOT, self.tpot_ms, self.last_perf_s, self.output_tokens),)
+        return ((labels.run_id, info.worker_id, info.request_id), (labels.phase, labels.concurrency, labels.step),
+                (labels.request_rate, info.persona), info.sent_at_s - info.sent_perf_s, samples)
+
+    def sample_values(self) -> list[tuple]:
+        """The samples as ``SampleRow`` field tuples (``SAMPLE_ORDER``), rounded as written."""
+        head, tail, end, offset, samples = self.sample_parts()
+        return [(*head, metric, round(value, 4), round(t + offset, 6), *tail, tokens, *end)
+                for metric, value, t, tokens in samples]

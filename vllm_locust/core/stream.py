@@ -249,8 +249,12 @@ def consume(
 
 
 def _consume(payloads, on_content, result: StreamResult, most: int | None) -> None:
+    # Per chunk: the lists' appends and the common answer delta are looked up once per stream, not
+    # per chunk (issue 25); every other kind of chunk takes ``choice_part``.
     counted = 0  # completion tokens already attributed to content chunks
     text = result.text
+    times, counts = result.content_times_s, result.content_tokens
+    add_time, add_count = times.append, counts.append
     for now, payload in payloads:
         if payload == DONE or result.done:
             # Read on to the end of the body rather than break: a response closed before its last
@@ -262,25 +266,26 @@ def _consume(payloads, on_content, result: StreamResult, most: int | None) -> No
             chunk = loads(payload)
         except (JSONDecodeError, ValueError) as err:
             raise StreamError(f"malformed chunk {result.chunks}: not JSON ({str(err).splitlines()[0][:80]})", Outcome.MALFORMED_CHUNK) from None
-        if not isinstance(chunk, dict):
+        if type(chunk) is not dict:
             raise StreamError(f"malformed chunk {result.chunks}: not a JSON object", Outcome.MALFORMED_CHUNK)
         if "error" in chunk and chunk["error"]:
             raise StreamError(f"server error in stream: {server_error_text(chunk['error'])}", Outcome.SERVER_ERROR_IN_STREAM)
         usage = chunk.get("usage")
         running = None
-        if isinstance(usage, dict):
+        if type(usage) is dict:
             result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
             running = usage.get("completion_tokens")
             if running is not None:
                 result.completion_tokens = running
         choices = chunk.get("choices")
-        if not isinstance(choices, list):
+        if type(choices) is not list:
             raise StreamError(f"malformed chunk {result.chunks}: no 'choices' list", Outcome.MALFORMED_CHUNK)
         for choice in choices:
-            if not isinstance(choice, dict):
+            if type(choice) is not dict:
                 raise StreamError(f"malformed chunk {result.chunks}: a choice is not an object", Outcome.MALFORMED_CHUNK)
             delta = choice.get("delta")
-            part = choice_part(choice, delta)
+            # The common chunk, an answer's delta.content, without a call (``choice_part``'s first test).
+            part = ANSWER if type(delta) is dict and delta.get("content") else choice_part(choice, delta)
             if part:
                 tokens = None
                 if running is not None:
@@ -289,16 +294,16 @@ def _consume(payloads, on_content, result: StreamResult, most: int | None) -> No
                     if result.parts is None:
                         result.parts = StreamParts(result)  # counts the answer chunks before this one
                     result.parts.add(part, delta, now, tokens)
-                result.content_times_s.append(now)
-                result.content_tokens.append(tokens)
+                add_time(now)
+                add_count(tokens)
                 if text is not None:
                     text.append(reply_text(choice))
-                if most is not None and max(len(result.content_times_s), counted) > most:
+                if most is not None and (len(times) > most or counted > most):
                     by_usage = f", {counted} tokens by its usage count" if running is not None else ""
                     raise StreamError(f"server sent more than max_tokens={most - TOKEN_SLACK} tokens "
-                                      f"({len(result.content_times_s)} content chunks{by_usage})", Outcome.TOO_MANY_TOKENS)
+                                      f"({len(times)} content chunks{by_usage})", Outcome.TOO_MANY_TOKENS)
                 if on_content is not None:
-                    on_content(len(result.content_times_s) - 1, now, tokens)
+                    on_content(len(times) - 1, now, tokens)
             reason = choice.get("finish_reason")
             if reason:
                 result.finish_reason = reason

@@ -89,6 +89,45 @@ class _CsvFile:
                 pass
 
 
+_fields_buffer = io.StringIO()
+_fields_writer = csv.writer(_fields_buffer)  # the dialect of ``_CsvFile.writer``: excel, lines end "\r\n"
+
+
+def csv_fields(values: tuple) -> str:
+    """``values`` as ``csv.writer`` writes them in a row (quoted where needed), without the line end."""
+    _fields_buffer.seek(0)
+    _fields_buffer.truncate()
+    _fields_writer.writerow(values)
+    return _fields_buffer.getvalue()[:-2]
+
+
+def sample_text(record: RequestRecord) -> str:
+    """The request's sample rows (``record.sample_values()``, ``SampleRow``'s columns) as CSV text.
+
+    Why not ``csv.writer``: a row per chunk cost a tuple, two ``round`` calls and the writer's
+    per-field work (about 2 us a chunk, issue 25). The fields that are the same on every row of a
+    request are quoted once, by ``csv.writer``; a row is then one f-string. ``value_ms`` and ``t_s``
+    are written with fixed decimals (``.4f``, ``.6f``): the same correctly rounded numbers that
+    ``round(v, 4)`` and ``round(t, 6)`` give (``2.0000`` where csv wrote ``2.0``)."""
+    head, tail, end, offset, samples = record.sample_parts()
+    if not samples:
+        return ""
+    head, tail, end, fields = csv_fields(head), csv_fields(tail), csv_fields(end), _METRIC_FIELDS
+    return "".join([f"{head},{fields[metric]},{value:.4f},{t + offset:.6f},{tail},"
+                    f"{'' if tokens is None else tokens},{end}\r\n" for metric, value, t, tokens in samples])
+
+
+class _MetricFields(dict):
+    """A metric's CSV field, quoted as ``csv.writer`` would: made once per name, then a dict lookup."""
+
+    def __missing__(self, metric: str) -> str:
+        field = self[metric] = csv_fields((metric, 0))[:-2]
+        return field
+
+
+_METRIC_FIELDS = _MetricFields()
+
+
 def _unless_failed(method):
     """A recorder method that does nothing once a write has failed, and turns a write's OSError
     into ``SampleRecorder.failed``: a user's finish path never raises a disk error."""
@@ -184,7 +223,7 @@ class SampleRecorder:
         row = record.row()
         self._open(row.run_id)
         if self._samples is not None:
-            self._samples.writer.writerows(record.sample_values())
+            self._samples.buffer.write(sample_text(record))
         if self._requests is not None:
             self._requests.write(row)
         self._flush_if_due()

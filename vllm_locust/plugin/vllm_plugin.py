@@ -34,7 +34,7 @@ import time
 import gevent
 from locust.runners import WorkerRunner
 
-from . import buckets, webtab
+from . import buckets, csvwriter, webtab
 from .clients import ClientFactory, RefusalWatch
 from .distribution import HELLO_MESSAGE, MasterSide, WorkerSide  # noqa: F401  (HELLO_MESSAGE: tests)
 from .failures import RunFailures, Verdict
@@ -122,6 +122,7 @@ class VllmPlugin:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
         buckets.install()  # sub-millisecond live stats, on the master and every worker alike
+        csvwriter.install(environment)  # --csv: Locust's writer stopped at quit, before its files close
         buckets.requests_only_total(environment.stats)  # header RPS = requests/s, not samples/s
         warm_platform_cache()
         options = environment.parsed_options
