@@ -45,10 +45,17 @@ def browser(profile_dir: Path):
 
 
 def until(check, what: str, timeout_s: float = 90.0):
-    """Poll until ``check()`` is truthy; fail naming ``what`` (states and counts, not timing)."""
+    """Poll until ``check()`` is truthy; fail naming ``what`` (states and counts, not timing). An
+    element the page replaced while ``check`` read it (the charts redraw every second: CI met a stale
+    marker label) is "not yet": the next poll finds the new one."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.time() + timeout_s
     while True:
-        value = check()
+        try:
+            value = check()
+        except StaleElementReferenceException:
+            value = None
         if value:
             return value
         assert time.time() < deadline, f"timed out waiting for {what}"
