@@ -107,26 +107,45 @@ def run(server, users: int, tokens: int, duration_s: int, profile: str | None = 
             "cpu_share": cpu / (end - start)}
 
 
+def sends_by_number(out: str) -> list[float]:
+    """Send stamps (unix s) of the run's successful requests in request-number order (one process:
+    numbers are given in the order the requests start)."""
+    import csv
+
+    rows = []
+    for path in glob.glob(f"{out}/requests-*.csv"):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get("kind", "ok") == "ok":
+                    rows.append((int(row["request_id"].rsplit(":", 1)[1]), float(row["sent_at_s"])))
+    return [sent for _, sent in sorted(rows)]
+
+
 def wave_spread(server, users: int, duration_s: int) -> dict:
-    """Spread (ms) of the send stamps within each closed-loop wave after the first."""
+    """Spread (ms) of the send stamps within each closed-loop wave after the first two.
+
+    A wave is N consecutive request numbers: every stream of a wave ends in the same instant
+    (exact timing, fixed length), so the N users take the next N numbers as they start again. A
+    block whose sends span more than half a wave's period is not a wave (a user fell out of step):
+    counted as ``misaligned`` and left out."""
     server.configure(ttft_ms=100.0, itl_ms=5.0, tokens=64)
+    period_ms = 100.0 + 64 * 5.0
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
                "--headless", "-u", str(users), "-r", str(users), "-t", f"{duration_s}s", "--only-summary",
                "--max-tokens", "64", "--prompt-tokens", "64", "--prompt-pool", "64",
                "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING"]
         subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        sends = sorted(s for s, _ in completed_requests(out))
-    waves, current = [], [sends[0]]
-    for t in sends[1:]:
-        if t - current[-1] > 0.1:  # a wave lasts 100 + 64 * 5 ms: 100 ms apart is the next one
-            waves.append(current)
-            current = [t]
-        else:
-            current.append(t)
-    spreads = sorted((w[-1] - w[0]) * 1000 for w in waves[1:] if len(w) >= users // 2)
-    return {"waves": len(spreads), "spread p50 ms": round(statistics.median(spreads), 2),
-            "spread max ms": round(spreads[-1], 2)}
+        sends = sends_by_number(out)
+    blocks = [sends[i:i + users] for i in range(2 * users, len(sends) - users + 1, users)]
+    spans = [(max(b) - min(b)) * 1000 for b in blocks]
+    spreads = sorted(s for s in spans if s < period_ms / 2)
+    if not spreads:
+        return {"waves": 0, "misaligned": len(spans)}
+    return {"waves": len(spreads), "misaligned": len(spans) - len(spreads),
+            "spread p50 ms": round(statistics.median(spreads), 2),
+            "spread p90 ms": round(spreads[int(0.9 * (len(spreads) - 1))], 2),
+            "per request us": round(statistics.median(spreads) / max(users - 1, 1) * 1000, 1)}
 
 
 def top_own(profile: str, count: int = 12) -> list[tuple[str, float]]:

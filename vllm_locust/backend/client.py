@@ -15,6 +15,7 @@ from . import bounds
 from ..core.hosts import normalize_host
 from ..core.outcome import Failure, Outcome, RequestFailure, kind_of_message  # noqa: F401 - RequestFailure re-exported
 from ..core.stream import StreamError
+from .templated import TemplatedOpenAI
 from .transport import LeanTransport
 from .wire import event_hooks
 
@@ -46,7 +47,7 @@ def make_client(host: str, api_key: str, connect_timeout_s: float, read_timeout_
     settings = dict(timeout=timeout, event_hooks=hooks, verify=tls if tls is not None else True)
     if transport == "lean" and api_base(host).startswith("http://"):
         settings["transport"] = LeanTransport()
-    return openai.OpenAI(
+    return TemplatedOpenAI(
         base_url=api_base(host),
         api_key=api_key or "EMPTY",
         max_retries=0,

@@ -8,6 +8,11 @@ read as server latency. httpx's request hook attaches httpcore's ``trace`` exten
 All users of a process share one client (one connection pool), so the hook finds the clock of
 the user whose greenlet is sending through a greenlet-local: ``with clock.active(): create(...)``.
 Arrivals are stamped where the suite reads the body (``sse.stamped_payloads``).
+
+Just before the stamp the sending greenlet yields once (``time.sleep(0)``: gevent's under Locust's
+monkey-patching): requests that become ready in the same instant (a closed-loop wave, a burst of
+arrivals) all finish their setup first and then go out back to back, instead of each send waiting
+for the setups of the requests ahead of it (issue 25). The stamp is taken after the yield.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ class WireClock:
 
     SEND_EVENT = "http11.send_request_headers.started"
 
-    def __init__(self):
+    def __init__(self, yield_before_send: bool = True):
         self.sent_at_s = 0.0  # unix seconds
         self.sent_perf_s = 0.0
+        self.yield_before_send = yield_before_send
 
     def on_request_started(self) -> None:
         """Before the SDK call: a request that fails before reaching the wire still has a start."""
@@ -50,6 +56,8 @@ class WireClock:
 
     def trace(self, name: str, info: dict) -> None:
         if name == self.SEND_EVENT:
+            if self.yield_before_send:
+                time.sleep(0)  # the others ready now build theirs first (see the module's docstring)
             self.stamp_send()
 
     @contextmanager

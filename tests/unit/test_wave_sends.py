@@ -1,0 +1,65 @@
+"""A closed-loop wave (issue 25): requests that become ready in the same instant finish their setup
+first and then go out back to back; no send waits behind another request's setup."""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+import gevent.event
+
+from vllm_locust.backend.client import make_client
+from vllm_locust.backend.endpoints import endpoint
+from vllm_locust.backend.templated import TemplatedOpenAI
+from vllm_locust.backend.wire import WireClock
+from vllm_locust.core.stream import StreamLimits, StreamResult
+
+USERS = 8
+
+
+def wave(fake_server, monkeypatch, **clock) -> tuple[list[float], list[float]]:
+    """Each user's instant its request was built (the SDK's part done) and its send stamp."""
+    fake_server.configure(ttft_ms=1.0, itl_ms=1.0, tokens=2)
+    built: dict[int, float] = {}
+    build = TemplatedOpenAI._build_request
+
+    def timed_build(self, options, **kw):
+        request = build(self, options, **kw)
+        built[id(self)] = time.perf_counter()
+        return request
+
+    monkeypatch.setattr(TemplatedOpenAI, "_build_request", timed_build)
+    api, go = endpoint("chat"), gevent.event.Event()
+    clients = [make_client(fake_server.url, "", 5.0, 30.0) for _ in range(USERS)]
+    clocks = [WireClock(**clock) for _ in range(USERS)]
+
+    def send(i: int) -> None:
+        with clocks[i].active():
+            result = api.stream(clients[i], api.body("fake-model", 2, [{"role": "user", "content": "hi"}]),
+                                lambda *a: None, StreamResult(), StreamLimits(2))
+        assert result.content_chunks == 2
+
+    def user(i: int) -> None:
+        send(i)  # opens the user's keep-alive connection (a connect yields on its own)
+        go.wait()
+        send(i)
+
+    users = [gevent.spawn(user, i) for i in range(USERS)]
+    while len(built) < USERS or any(c.sent_perf_s == 0 for c in clocks):
+        gevent.sleep(0.01)
+    gevent.sleep(0.05)  # every user is waiting for the wave
+    go.set()  # the wave: every user ready in the same instant
+    gevent.joinall(users, raise_error=True)
+    return [built[id(c)] for c in clients], [c.sent_perf_s for c in clocks]
+
+
+def test_a_waves_requests_are_all_built_before_the_first_goes_out(fake_server, monkeypatch):
+    built, sent = wave(fake_server, monkeypatch)
+    assert max(built) < min(sent), "a send waited behind another request's setup"
+    assert all(b < s for b, s in zip(built, sent))
+
+
+def test_without_the_yield_each_send_follows_its_own_setup(fake_server, monkeypatch):
+    """The control: the test above can fail (one user's send comes before the next one's setup)."""
+    built, sent = wave(fake_server, monkeypatch, yield_before_send=False)
+    assert not max(built) < min(sent)
