@@ -3,12 +3,15 @@
 The truth is the exact-timing mock server's own record (``vllm_locust/mock/server.py``): when each
 request arrived and when each chunk was handed to the socket, on the same monotonic clock. The
 clients are the real things: ``locust --headless`` on this project's locustfile (one process, or
-``--processes N``), and ``vllm bench serve`` (vLLM's client, one asyncio process, run from the vLLM
-venv through ``benchmarks/vllm_bench_client.py``) at the same concurrency. Writes a Markdown table
-to stdout (and ``--out``): per client and level, chunks/s, CPU per chunk (start-up subtracted),
-p50 and p95 of client and server, and the error.
+``--processes N``), ``vllm bench serve`` (vLLM's client, one asyncio process, run from the vLLM
+venv through ``benchmarks/vllm_bench_client.py``), and where installed in their own venvs NVIDIA
+AIPerf and GuideLLM (``benchmarks/other_clients.py``; ``AIPERF_BIN``, ``GUIDELLM_BIN``) at the same
+concurrency. Writes a Markdown table to stdout (and ``--out``): per client and level, chunks/s, CPU
+per chunk (start-up subtracted), p50 and p95 of client and server, and the error.
 
     python benchmarks/measurement_error.py --streams 1,16,64 --ttft-ms 100 --itl-ms 5 --clients suite,vllm
+    python benchmarks/measurement_error.py --streams 16,64 --ttft-ms 100 --itl-ms 5 --tokens 128 \
+        --clients suite,vllm,aiperf,guidellm
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ sys.path.insert(0, str(ROOT))
 from vllm_locust.core.schema import ITL, SAMPLE, TTFT  # noqa: E402
 from vllm_locust.mock.server import start_process  # noqa: E402
 from analysis.tidy import succeeded  # noqa: E402  (outcomes by kind, not text)
+from benchmarks import other_clients  # noqa: E402
+
+CLIENTS = ("suite", "vllm", "aiperf", "guidellm")
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
 
@@ -67,9 +73,10 @@ def raw_socket_floor(server, ttft_ms: float, itl_ms: float, tokens: int, n: int 
 
 
 CPU_TRACE: list[tuple[float, float]] = []  # (perf_counter s, CPU s of the client and its children)
+PIDS: set[int] = set()  # every process of the last traced client (AIPerf runs several)
 
 
-def run_traced(cmd: list[str]) -> subprocess.CompletedProcess:
+def run_traced(cmd: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     """Run a client, sampling its CPU time (with its worker processes) every 0.2 s into CPU_TRACE, so
     the CPU it spent while chunks flowed can be told from its start-up (imports, tokenizer, prompts)."""
     import time
@@ -77,8 +84,9 @@ def run_traced(cmd: list[str]) -> subprocess.CompletedProcess:
     import psutil
 
     CPU_TRACE.clear()
+    PIDS.clear()
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT, env=env)
         watched = psutil.Process(proc.pid)
         seen: dict[int, float] = {}
         while proc.poll() is None:
@@ -89,6 +97,7 @@ def run_traced(cmd: list[str]) -> subprocess.CompletedProcess:
             except psutil.Error:
                 pass
             CPU_TRACE.append((time.perf_counter(), sum(seen.values())))
+            PIDS.update(seen)
             time.sleep(0.2)
         err.seek(0)
         return subprocess.CompletedProcess(cmd, proc.returncode, "", err.read())
@@ -156,12 +165,52 @@ def vllm_client(server, users: int, duration_s: int, tokens: int, ttft_ms: float
     return int(result["completed"]), chunks, ttft, itl
 
 
+NOTES: list[str] = []  # what the last external tool's row must say (its processes, a missing per-gap ITL)
+
+
+def _failed(name: str, proc: subprocess.CompletedProcess, out: str) -> SystemExit:
+    return SystemExit(f"{name} exited {proc.returncode} without its export in {out}:\n{proc.stderr[-2000:]}")
+
+
+def aiperf_client(server, users: int, duration_s: int, tokens: int, ttft_ms: float, itl_ms: float, out: str):
+    requests = other_clients.request_count(users, duration_s, tokens, ttft_ms, itl_ms)
+    proc = run_traced(other_clients.aiperf_command(server.url, users, requests, tokens, out),
+                      env=other_clients.aiperf_env())
+    if not (Path(out) / "profile_export.jsonl").exists():
+        raise _failed("aiperf", proc, out)
+    NOTES[:] = [f"{len(PIDS)} processes seen"]
+    return other_clients.read_aiperf(out, users)
+
+
+def guidellm_client(server, users: int, duration_s: int, tokens: int, ttft_ms: float, itl_ms: float, out: str):
+    import json
+
+    requests = other_clients.request_count(users, duration_s, tokens, ttft_ms, itl_ms)
+    scenario = Path(out) / "scenario.json"
+    scenario.write_text(json.dumps(other_clients.guidellm_scenario(server.url, users, requests, tokens, out)))
+    proc = run_traced(other_clients.guidellm_command(str(scenario)), env=other_clients.guidellm_env())
+    if not (Path(out) / "benchmarks.json").exists():
+        raise _failed("guidellm", proc, out)
+    done, chunks, ttft, itl, mean_itl = other_clients.read_guidellm(out, users)
+    NOTES[:] = [f"{len(PIDS)} processes seen", "no per-gap ITL (only a per-request mean: p50 "
+                f"{np.percentile(mean_itl, 50):.3f} ms, p95 {np.percentile(mean_itl, 95):.3f} ms)"
+                if len(mean_itl) else "no per-gap ITL"]
+    return done, chunks, ttft, itl
+
+
 def run_level(server, client: str, users: int, processes: int, duration_s: int, tokens: int, ttft_ms: float,
               itl_ms: float) -> dict:
     server.configure(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens=tokens)
+    NOTES.clear()
     with tempfile.TemporaryDirectory() as out:
         if client == "vllm":
             done, chunks, client_ttft, client_itl = vllm_client(server, users, duration_s, tokens, ttft_ms, itl_ms, out)
+        elif client == "aiperf":
+            done, chunks, client_ttft, client_itl = aiperf_client(server, users, duration_s, tokens, ttft_ms, itl_ms,
+                                                                  out)
+        elif client == "guidellm":
+            done, chunks, client_ttft, client_itl = guidellm_client(server, users, duration_s, tokens, ttft_ms,
+                                                                    itl_ms, out)
         else:
             done, chunks, client_ttft, client_itl = suite_client(server, users, processes, duration_s, tokens, out)
     log = server.log()
@@ -169,13 +218,15 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
     start, end = min(r["recv"] for r in log), max(r["sends"][-1] for r in log if r["sends"])
     span = end - start
     served = sum(1 for r in log if r["sends"])
-    row = {"client": client if client == "vllm" else f"suite x{processes}", "streams": users, "requests": done,
+    label = {"vllm": "vllm", "aiperf": f"aiperf {VERSIONS.get('aiperf', '')}".strip(),
+             "guidellm": f"guidellm {VERSIONS.get('guidellm', '')}".strip()}.get(client, f"suite x{processes}")
+    row = {"client": label, "streams": users, "requests": done,
            "chunks/s": round(chunks / span) if span > 0 else 0,
            "client CPU us/chunk": round(cpu_between(start, end) / max(chunks, 1) * 1e6),
            # all in: the request's own cost and its chunks' (benchmarks/request_cost.py splits them)
            "client CPU us/request": round(cpu_between(start, end) / max(served, 1) * 1e6),
            "client CPU %": round(100 * cpu_between(start, end) / span) if span > 0 else 0}
-    if client != "vllm" and LAGS:
+    if client == "suite" and LAGS:
         from vllm_locust.plugin.selfaudit import implied_lateness_ms
 
         row["loop lag p99 ms"] = round(float(np.percentile(LAGS, 99)), 2)
@@ -183,11 +234,16 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
     for metric, client_values, true in ((TTFT, client_ttft, true_ttft), (ITL, client_itl, true_itl)):
         client = client_values
         for q in ((50, 95) if metric == TTFT else (50, 95, 99)):
-            c, t = np.percentile(client, q), np.percentile(true, q)
+            c = np.percentile(client, q) if len(client) and not np.isnan(client).all() else float("nan")
+            t = np.percentile(true, q)
             row[f"{metric} p{q} client ms"] = round(c, 2)
             row[f"{metric} p{q} server ms"] = round(t, 2)
             row[f"{metric} p{q} error ms"] = round(c - t, 2)
+    row["note"] = "; ".join(NOTES)
     return row
+
+
+VERSIONS: dict[str, str] = {}  # tool -> installed version, for the row's name
 
 
 def main() -> None:
@@ -198,13 +254,22 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=150.0)
     parser.add_argument("--itl-ms", type=float, default=15.0)
     parser.add_argument("--processes", default="1", help="Locust processes per level, e.g. 1,2")
-    parser.add_argument("--clients", default="suite", help="suite, vllm (vLLM's bench serve), or both: suite,vllm")
+    parser.add_argument("--clients", default="suite",
+                        help="comma-separated: suite, vllm (vLLM's bench serve), aiperf, guidellm (own venvs: "
+                             "AIPERF_BIN, GUIDELLM_BIN)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    clients = args.clients.split(",")
+    for client in clients:
+        if client not in CLIENTS:
+            parser.exit(2, f"--clients: unknown client {client!r} (one of {', '.join(CLIENTS)})\n")
+        if client in ("aiperf", "guidellm"):
+            if other_clients.missing(client):
+                parser.exit(2, other_clients.missing(client) + "\n")
+            VERSIONS[client] = other_clients.tool_version(client)
     server = start_process()
     try:
         floor = raw_socket_floor(server, args.ttft_ms, args.itl_ms, args.tokens)
-        clients = args.clients.split(",")
         rows = []
         for n in args.streams.split(","):
             for client in clients:

@@ -210,3 +210,89 @@ def test_sample_text_is_csv_of_the_records_sample_values(tmp_path):
                 assert float(text) == value, (name, text, value)
             else:
                 assert text == ("" if value is None else str(value)), (name, text, value)
+
+
+# -- rows formatted when the loop is idle (issue 25) ------------------------------------------------
+
+def _records(n: int, run_id: str = "r"):
+    import dataclasses
+
+    from .test_outcome_and_record import record
+
+    base = record()
+    return [dataclasses.replace(base, info=dataclasses.replace(base.info, request_id=f"w:{i}",
+                                                               labels=dataclasses.replace(base.info.labels, run_id=run_id)))
+            for i in range(n)]
+
+
+def _written(path) -> list[list[str]]:
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_idle_formatting_writes_what_formatting_at_once_writes(tmp_path):
+    import gevent
+
+    at_once, idle = SampleRecorder(tmp_path / "a", "w"), SampleRecorder(tmp_path / "b", "w")
+    idle.format_when_idle()
+    for rec in (at_once, idle):
+        for record in _records(6):
+            rec.record(record)
+    assert at_once.waiting == 0
+    assert idle.waiting == 6, "the users' path formatted rows the loop had time for later"
+    gevent.sleep(0.05)  # nothing else to do: the loop is idle
+    assert idle.waiting == 0, "an idle loop did not format the waiting rows"
+    for rec in (at_once, idle):
+        rec.close()
+    for name in ("samples-r-w.csv", "requests-r-w.csv"):
+        assert _written(tmp_path / "a" / name) == _written(tmp_path / "b" / name)
+    assert len(_written(tmp_path / "b" / "requests-r-w.csv")) == 1 + 6
+
+
+def test_the_stop_writes_records_that_never_saw_an_idle_loop(tmp_path):
+    rec = SampleRecorder(tmp_path, "w")
+    rec.format_when_idle()
+    for record in _records(5):
+        rec.record(record)
+    rec.close()  # no yield between the records and the stop
+    samples, requests = rec.paths("r")
+    assert [row[2] for row in _written(requests)[1:]] == [f"w:{i}" for i in range(5)]
+    assert len(_written(samples)) == 1 + 5 * 5
+
+
+def test_a_loop_that_is_never_idle_keeps_at_most_pending_max_waiting(tmp_path):
+    from vllm_locust.plugin.recorder import PENDING_MAX
+
+    rec = SampleRecorder(tmp_path, "w")
+    rec.format_when_idle()
+    for record in _records(PENDING_MAX + 10):
+        rec.record(record)  # never yields: the idle formatter never runs
+    assert rec.waiting == PENDING_MAX
+    rec.flush()
+    assert rec.waiting == 0
+    _, requests = rec.paths("r")
+    assert [row[2] for row in _written(requests)[1:]] == [f"w:{i}" for i in range(PENDING_MAX + 10)], "order kept"
+    rec.close()
+
+
+def test_a_full_disk_met_by_the_idle_formatter_is_one_failure(tmp_path, monkeypatch):
+    import gevent
+
+    from vllm_locust.core import wholelines
+
+    said = []
+    rec = SampleRecorder(tmp_path, "w", on_failure=said.append)
+    rec.format_when_idle()
+    rec.record(_records(1)[0])  # opens the files (the first flush is at once)
+    gevent.sleep(0.05)
+
+    def full(self, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(wholelines.AppendFile, "write", full)
+    monkeypatch.setattr(rec, "flush_every_s", 0.0)
+    for record in _records(3):
+        rec.record(record)
+    gevent.sleep(0.05)
+    rec.close()
+    assert len(said) == 1 and "No space left on device" in said[0]

@@ -226,3 +226,46 @@ def test_every_request_asks_for_identity_encoding():
         head = request.split(b"\r\n\r\n")[0].lower()
         assert b"\r\naccept-encoding: identity" in head and b"gzip" not in head, head
     server.close()
+
+
+# -- read timeouts without a timer per read (issue 25) ---------------------------------------------
+
+def _dribble(chunks: int, every_s: float):
+    def handler(server, conn, index):
+        server.read_request(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(chunks):
+            threading.Event().wait(every_s)
+            conn.sendall(b"8\r\ndata:1\r\n\r\n")
+        conn.sendall(b"0\r\n\r\n")
+    return handler
+
+
+def test_a_bodys_reads_arm_no_timer_each(monkeypatch):
+    import gevent.timeout
+
+    armed = []
+    start = gevent.timeout.Timeout._start_new_or_dummy  # what a gevent socket read with a timeout calls
+
+    def counting(timeout, exception=None, ref=True):
+        if timeout == 30.0:  # the client's (the scripted server's own waits are shorter)
+            armed.append(timeout)
+        return start(timeout, exception, ref)
+
+    monkeypatch.setattr(gevent.timeout.Timeout, "_start_new_or_dummy", staticmethod(counting))
+    server = ScriptedServer(_dribble(40, 0.005))
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(30.0))
+    with client.stream("POST", server.url, json={"x": 1}) as response:
+        reads = list(response.iter_raw())
+    assert b"".join(reads).count(b"data:1") == 40 and len(reads) > 5, "the body did not arrive in pieces"
+    assert len(armed) <= 4, f"{len(armed)} timers armed for one request of {len(reads)} reads (connect, headers: 3)"
+    server.close()
+
+
+def test_a_body_that_keeps_coming_outlives_its_read_timeout():
+    """Silence is what times out, not the body's length: 2 s of chunks, 50 ms apart, 0.8 s read timeout."""
+    server = ScriptedServer(_dribble(40, 0.05))
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(0.8))
+    with client.stream("POST", server.url, json={"x": 1}) as response:
+        assert b"".join(response.iter_raw()).count(b"data:1") == 40
+    server.close()

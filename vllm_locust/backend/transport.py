@@ -17,6 +17,8 @@ request counted a success; httpx's own transport refuses past 100 KiB).
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from typing import Iterator
 
 import httpx2
@@ -53,6 +55,40 @@ def _closed_while_idle(sock: socket.socket) -> bool:
         return False  # nothing to read: the connection is open and clean
     except (OSError, ValueError):
         return True
+
+
+class _ReadWatch:
+    """Read timeouts for response bodies without a timer per read: a socket read with a timeout
+    arms and cancels one (gevent's ``Timeout``, about 4 us of a chunk's 40, issue 25). A body being
+    read notes the instant of its last bytes; one daemon thread (a greenlet under Locust's
+    monkey-patching) looks every ``period`` and shuts down a socket silent for its read timeout,
+    which ends that read (the body then raises ``ReadTimeout``). A timeout fires up to ``period``
+    (at most a quarter of the shortest timeout watched, at most ``MAX_PERIOD_S``) late."""
+
+    MAX_PERIOD_S = 0.25
+
+    def __init__(self):
+        self.bodies: set[_BodyStream] = set()
+        self.thread: threading.Thread | None = None
+
+    def watch(self, body: "_BodyStream") -> None:
+        self.bodies.add(body)
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._run, name="read-timeouts", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            bodies = list(self.bodies)
+            period = min([self.MAX_PERIOD_S, *(b.read_timeout_s / 4 for b in bodies)])
+            time.sleep(max(period, 0.001))
+            now = time.monotonic()
+            for body in bodies:
+                if body in self.bodies and now - body.last_read_s >= body.read_timeout_s:
+                    body.expire()
+
+
+_READ_WATCH = _ReadWatch()
 
 
 class LeanTransport(httpx2.BaseTransport):
@@ -146,7 +182,7 @@ class LeanTransport(httpx2.BaseTransport):
             raise httpx_error(err, "the response headers") from err
         headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in parser.items()]
         return httpx2.Response(
-            parser.get_code(), headers=headers, stream=_BodyStream(self, key, sock, parser),
+            parser.get_code(), headers=headers, stream=_BodyStream(self, key, sock, parser, timeouts.get("read")),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": (parser.status_message or "").encode("latin-1")},
         )
 
@@ -172,10 +208,25 @@ def _request_bytes(request: httpx2.Request) -> bytes:
 
 
 class _BodyStream(httpx2.SyncByteStream):
-    """The response body as it arrives: each read's parsed bytes (chunked framing removed)."""
+    """The response body as it arrives: each read's parsed bytes (chunked framing removed). Its
+    reads have no socket timeout: ``_ReadWatch`` keeps the read timeout."""
 
-    def __init__(self, transport: LeanTransport, key: tuple, sock: socket.socket, parser: _ResponseParser):
+    def __init__(self, transport: LeanTransport, key: tuple, sock: socket.socket, parser: _ResponseParser,
+                 read_timeout_s: float | None = None):
         self._transport, self._key, self._sock, self._parser = transport, key, sock, parser
+        self.read_timeout_s = read_timeout_s
+        self.last_read_s = time.monotonic()
+        self.expired = False
+
+    def expire(self) -> None:
+        """No bytes for the read timeout (``_ReadWatch``): end the read that waits on the socket."""
+        self.expired = True
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __iter__(self) -> Iterator[bytes]:
         parser, body, sock = self._parser, self._parser.body, self._sock
@@ -184,11 +235,21 @@ class _BodyStream(httpx2.SyncByteStream):
         if body:
             yield b"".join(body)
             body.clear()
+        watched = self.read_timeout_s is not None
+        if watched:
+            sock.settimeout(None)
+            self.last_read_s = time.monotonic()
+            _READ_WATCH.watch(self)
+        monotonic = time.monotonic
         try:
             while not parser.message_complete:
                 data = sock.recv(self._transport.block_size)
+                if self.expired:
+                    raise httpx2.ReadTimeout("timed out waiting for the body")
                 if not data:
                     raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+                if watched:
+                    self.last_read_s = monotonic()
                 parser.feed(data)
                 if body:
                     chunk = body[0] if len(body) == 1 else b"".join(body)
@@ -196,10 +257,15 @@ class _BodyStream(httpx2.SyncByteStream):
                     yield chunk
         except (OSError, HTTPParseError) as err:
             self.close()
+            if self.expired:
+                raise httpx2.ReadTimeout("timed out waiting for the body") from err
             raise httpx_error(err, "the body") from err
-        except httpx2.RemoteProtocolError:
+        except httpx2.TransportError:
             self.close()
             raise
+        finally:
+            if watched:
+                _READ_WATCH.bodies.discard(self)
         self._sock = None
         self._transport._release(self._key, sock, not parser.should_close())
 

@@ -41,6 +41,7 @@ class Recording:
                                     on_failure=self.failures.write_failed))
         else:
             self.use(SampleRecorder(options.samples_dir or None, self.worker_id, on_failure=self.failures.write_failed))
+        self.recorder.format_when_idle()  # rows are formatted off the users' path (``recorder``)
 
     def use(self, recorder: SampleRecorder | None) -> None:
         """Record through ``recorder`` from now on (test start does; so do tests with their own)."""
