@@ -13,7 +13,13 @@ the top functions by own time.
 
 ``--wave N``: N users, fixed 64-token replies at the mock's exact timing (TTFT 100 ms, ITL 5 ms), so
 every stream of a wave ends in the same instant and the next wave's N requests start together; the
-spread of a wave is its last send stamp (``sent_at_s``) minus its first.
+spread of a wave is its last send stamp (``sent_at_s``) minus its first. A closed loop keeps the
+phases its users start with (a stream ends a fixed time after its own send), so its waves show the
+spread of the first one and of the spawn; ``--burst N`` is the clean test:
+
+``--burst N``: a trace (``--workload trace``) of 15 bursts, 1 s apart, of N requests due in the same
+instant (8-token replies), N users: per burst, the spread of the send stamps, and the lateness
+(send minus due) of its first and last request.
 """
 
 from __future__ import annotations
@@ -148,6 +154,40 @@ def wave_spread(server, users: int, duration_s: int) -> dict:
             "per request us": round(statistics.median(spreads) / max(users - 1, 1) * 1000, 1)}
 
 
+def burst_spread(server, users: int, bursts: int = 15) -> dict:
+    """Send stamps of N requests due in the same instant (a trace's burst), per burst."""
+    import csv
+    import json
+
+    server.configure(ttft_ms=100.0, itl_ms=5.0, tokens=8)
+    with tempfile.TemporaryDirectory() as out:
+        trace = Path(out) / "bursts.jsonl"
+        trace.write_text("".join(json.dumps({"timestamp": 1000 * (1 + b), "input_length": 64, "output_length": 8,
+                                             "hash_ids": [b * users + i]}) + "\n"
+                                 for b in range(bursts) for i in range(users)))
+        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+               "--headless", "-u", str(users), "-t", f"{bursts + 20}s", "--only-summary", "--workload", "trace",
+               "--dataset-path", str(trace), "--trace-block-tokens", "64", "--samples-dir", out,
+               "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING"]
+        subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        by_due: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+        for path in glob.glob(f"{out}/requests-*.csv"):
+            with open(path, newline="") as f:
+                for row in csv.DictReader(f):
+                    if row.get("intended_at_s") and row.get("lateness_ms"):
+                        by_due[row["intended_at_s"]].append((float(row["sent_at_s"]), float(row["lateness_ms"])))
+    full = [sorted(v) for _, v in sorted(by_due.items()) if len(v) == users][1:]  # the first: warm-up
+    if not full:
+        return {"bursts": 0}
+    spreads = sorted((b[-1][0] - b[0][0]) * 1000 for b in full)
+    first = sorted(min(late for _, late in b) for b in full)
+    last = sorted(max(late for _, late in b) for b in full)
+    return {"bursts": len(full), "spread p50 ms": round(statistics.median(spreads), 2),
+            "spread max ms": round(spreads[-1], 2), "first late p50 ms": round(statistics.median(first), 2),
+            "last late p50 ms": round(statistics.median(last), 2),
+            "send spread per request us": round(statistics.median(spreads) / max(users - 1, 1) * 1000, 1)}
+
+
 def top_own(profile: str, count: int = 12) -> list[tuple[str, float]]:
     """py-spy raw (collapsed stacks): the functions where samples were taken, by share of non-idle samples."""
     own: collections.Counter = collections.Counter()
@@ -169,9 +209,17 @@ def main() -> None:
     parser.add_argument("--long", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--wave", type=int, default=0, help="measure the send spread of closed-loop waves of N users instead")
+    parser.add_argument("--burst", type=int, default=0, help="measure bursts of N requests due in the same instant instead")
     parser.add_argument("--profile", help="py-spy raw profile of one short run here (and its top entries printed)")
     args = parser.parse_args()
     server = start_process()
+    if args.burst:
+        try:
+            for _ in range(args.repeat):
+                print(args.burst, "due together:", burst_spread(server, args.burst), flush=True)
+        finally:
+            server.stop()
+        return
     if args.wave:
         try:
             for _ in range(args.repeat):

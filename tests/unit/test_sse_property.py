@@ -138,3 +138,10 @@ def test_stamped_payloads_fast_path_cases():
         "a held-back \\r starts the next read: that read is the decoder's"
     with pytest.raises(EventTooLarge):
         stamped([b"data: " + b"x" * 20 + b"\n\n"], limit=16)
+
+
+def test_a_read_ending_in_three_line_ends_keeps_the_third_as_the_whole_stream_does():
+    """Found by the property above (CI): a read ending ``\\n\\n\\n`` took the one-read fast path and
+    dropped the third ``\\n``, which the same bytes in one read keep pending."""
+    whole = b"\x00\x00\x00\x00\x00\n\n\n\x00"
+    assert decode([whole]) == decode([whole[:8], whole[8:]]) == ([], b"\n\x00")

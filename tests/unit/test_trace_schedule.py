@@ -222,3 +222,28 @@ def test_headless_without_u_holds_max_concurrency_users_spawned_at_once():
     env.parsed_options.num_users, env.parsed_options.spawn_rate = 5, None
     trace.headless_users()
     assert (env.parsed_options.num_users, env.parsed_options.spawn_rate) == (5, 5.0), "-u is the cap when given"
+
+
+def test_arrivals_due_together_are_handed_out_together():
+    """A burst (issue 25): every user gets its arrival before any of them goes on to send; passing
+    the turn from one user to the next had each send wait behind the next user's claim and setup."""
+    import time
+
+    pacer, log, done = Pacer(), [], []
+    users = 6
+    pacer.set_trace("burst", time.time() + 0.05, iter([(k, 0.0) for k in range(users)]), done.append)
+
+    def user() -> None:
+        arrival = pacer.claim()
+        log.append(("claimed", arrival.k, arrival.queue_ms))
+        gevent.sleep(0)  # the request's one yield before its send (``wire.WireClock``)
+        log.append(("sent", arrival.k, None))
+        pacer.claim()  # the request is over; the trace has nothing more: waits for a next schedule
+
+    greenlets = [gevent.spawn(user) for _ in range(users)]
+    gevent.sleep(0.3)
+    gevent.killall(greenlets)
+    assert [kind for kind, _, _ in log] == ["claimed"] * users + ["sent"] * users
+    assert sorted(k for kind, k, _ in log if kind == "claimed") == list(range(users)), "each arrival once"
+    assert all(queue == 0.0 for kind, _, queue in log if kind == "claimed"), "free users never queued"
+    assert done == [users], "the burst's requests were not all counted as handed out and over"

@@ -57,8 +57,9 @@ class SseDecoder:
             # The common case: a read that ends on an event boundary is split without a copy.
             if data.endswith(b"\n\n") and not self._cr:
                 events = data.split(b"\n\n")
-                events.pop()
-                return self._payloads(events)
+                if not events[-1]:  # "...\n\n\n" leaves a "\n" that may start the next event's end
+                    events.pop()
+                    return self._payloads(events)
             buffer += data
             scan = 0
         else:

@@ -10,6 +10,12 @@ calls it the same); the rest of its lateness is the client's own (timer wake-up,
 request). Its latency is still measured from the intended instant as well as from the actual send (``RequestRow.lateness_ms``), so a backlog cannot hide
 behind the requests that were never sent on time (coordinated omission).
 
+Arrivals that are due together (a burst, a backlog) leave together: the user whose arrival comes
+due hands every other arrival already due to as many waiting users at once, so they all build
+their requests and then send (``wire.WireClock`` yields before the send); passing the turn from
+one to the next made each send wait for the setups of those ahead of it (64 requests due in one
+instant left over 46 ms on 2 cores, issue 25).
+
 A trace's schedule (``set_trace``) ends: once its last arrival is handed out and every user that
 took one of its arrivals is free again (back in ``claim``: its request is over), the pacer calls
 ``on_done`` once, with the number handed out.
@@ -25,6 +31,15 @@ from gevent import getcurrent
 from gevent.event import Event
 
 from ..core.arrivals import Segment, offsets
+
+class _Waiter:
+    """A free user waiting for the turn, or for an arrival handed to it with a burst."""
+
+    __slots__ = ("event", "free_s", "user", "arrival")
+
+    def __init__(self, free_s: float, user):
+        self.event, self.free_s, self.user, self.arrival = Event(), free_s, user, None
+
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
@@ -47,7 +62,8 @@ class Pacer:
         self._generation = 0
         self._changed = Event()
         self._turn_held = False
-        self._waiting: list[Event] = []  # free users waiting for the turn, most recently freed last
+        self._waiting: list[_Waiter] = []  # free users waiting for the turn, most recently freed last
+        self._peeked: tuple | None = None  # the next (k, offset_s), taken to see whether it is due
         self._on_done: Callable[[int], None] | None = None  # a finite schedule: said once when over
         self._exhausted = False  # every arrival of the finite schedule is handed out
         self._handed = 0
@@ -80,6 +96,7 @@ class Pacer:
         # The deciding process's epoch in this process's perf_counter (same host: same wall clock).
         self._epoch_perf_s = time.perf_counter() - (time.time() - epoch_s) if schedule is not None else 0.0
         self._arrivals = arrivals
+        self._peeked = None
         self._on_done, self._exhausted, self._handed, self._busy = on_done, False, 0, set()
         self._generation += 1
         changed, self._changed = self._changed, Event()
@@ -91,15 +108,39 @@ class Pacer:
         self._busy.discard(me)  # this user's request, if it had one, is over
         self._check_done()
         free_s = time.perf_counter()  # this user is free from now: a wait before this is queue time
-        self._take_turn()
+        handed = self._take_turn(free_s, me)
+        if handed is not None:
+            return handed  # due with the turn holder's arrival: this user never held the turn
         try:
             arrival = self._next(free_s)
             if self._on_done is not None:
                 self._busy.add(me)
                 self._handed += 1
+            self._hand_due()
             return arrival
         finally:
             self._pass_turn()
+
+    def _hand_due(self) -> None:
+        """Every arrival already due goes now, each to a waiting user (most recently freed first)."""
+        now = time.perf_counter()
+        while self._waiting:
+            if self._peeked is None:
+                self._peeked = next(self._arrivals, None)
+            if self._peeked is None:
+                return
+            k, offset_s = self._peeked
+            intended = self._epoch_perf_s + offset_s
+            if intended > now:
+                return
+            self._peeked = None
+            waiter = self._waiting.pop()
+            waiter.arrival = Arrival(k=k, intended_perf_s=intended, intended_at_s=self._epoch_s + offset_s,
+                                     queue_ms=max(0.0, (waiter.free_s - intended) * 1000.0))
+            if self._on_done is not None:
+                self._busy.add(waiter.user)
+                self._handed += 1
+            waiter.event.set()
 
     def _check_done(self) -> None:
         if not self._exhausted or self._on_done is None:
@@ -109,31 +150,35 @@ class Pacer:
             on_done, self._on_done = self._on_done, None
             on_done(self._handed)
 
-    def _take_turn(self) -> None:
+    def _take_turn(self, free_s: float, me) -> Arrival | None:
+        """Hold the turn (None), or the arrival handed to this user while it waited for the turn."""
         if not self._turn_held:
             self._turn_held = True
-            return
-        mine = Event()
+            return None
+        mine = _Waiter(free_s, me)
         self._waiting.append(mine)
         try:
-            mine.wait()
+            mine.event.wait()
         except BaseException:  # killed while waiting (the run stopped): never strand the turn
             if mine in self._waiting:
                 self._waiting.remove(mine)
-            else:
+            elif mine.arrival is None:
                 self._pass_turn()
             raise
+        return mine.arrival
 
     def _pass_turn(self) -> None:
         if self._waiting:
-            self._waiting.pop().set()  # LIFO: the turn stays held, by the most recently freed user
+            self._waiting.pop().event.set()  # LIFO: the turn stays held, by the most recently freed user
         else:
             self._turn_held = False
 
     def _next(self, free_s: float) -> Arrival:
         while True:
             generation, schedule = self._generation, self.schedule
-            item = next(self._arrivals, None) if schedule is not None else None
+            item, self._peeked = self._peeked, None
+            if item is None and schedule is not None:
+                item = next(self._arrivals, None)
             if item is None:  # no schedule yet (wait for one), or a finite one is over (wait for the next)
                 if schedule is not None and self._on_done is not None and not self._exhausted:
                     self._exhausted = True
