@@ -270,7 +270,7 @@ class SampleRecorder:
 
     def _format_idle(self) -> None:
         wake = self._wake
-        while True:
+        while self._wake is wake:  # until the recorder stops it (``close``), itself included
             wake.wait()
             wake.clear()
             while self._pending and self.failed is None:
