@@ -12,8 +12,6 @@ files, query parameters, another timeout or base URL, and cookies go the SDK's w
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx2
 import openai
 from openai._models import FinalRequestOptions
@@ -55,5 +53,6 @@ class TemplatedOpenAI(openai.OpenAI):
             return request
         _, url, headers, extensions = template
         self.templated_requests += 1
-        extensions: dict[str, Any] = dict(extensions)  # hooks add to a request's own (the wire stamp)
-        return httpx2.Request(options.method, url, headers=headers, content=options.content, extensions=extensions)
+        # A copy of the extensions: the request hook adds the wire stamp to each request's own.
+        return httpx2.Request(options.method, url, headers=headers, content=options.content,
+                              extensions=dict(extensions))

@@ -32,6 +32,7 @@ from gevent.event import Event
 
 from ..core.arrivals import Segment, offsets
 
+
 class _Waiter:
     """A free user waiting for the turn, or for an arrival handed to it with a burst."""
 
@@ -135,8 +136,7 @@ class Pacer:
                 return
             self._peeked = None
             waiter = self._waiting.pop()
-            waiter.arrival = Arrival(k=k, intended_perf_s=intended, intended_at_s=self._epoch_s + offset_s,
-                                     queue_ms=max(0.0, (waiter.free_s - intended) * 1000.0))
+            waiter.arrival = self._arrival(k, offset_s, intended, waiter.free_s)
             if self._on_done is not None:
                 self._busy.add(waiter.user)
                 self._handed += 1
@@ -192,5 +192,9 @@ class Pacer:
                 # sleep until the instant, woken early (and the arrival void) if the schedule changes
                 if self._changed.wait(intended - now) or self._generation != generation:
                     continue
-            return Arrival(k=k, intended_perf_s=intended, intended_at_s=self._epoch_s + offset_s,
-                           queue_ms=max(0.0, (free_s - intended) * 1000.0))
+            return self._arrival(k, offset_s, intended, free_s)
+
+    def _arrival(self, k: int, offset_s: float, intended: float, free_s: float) -> Arrival:
+        """Arrival ``k`` for a user free since ``free_s``: what it waited for a free user is queue time."""
+        return Arrival(k=k, intended_perf_s=intended, intended_at_s=self._epoch_s + offset_s,
+                       queue_ms=max(0.0, (free_s - intended) * 1000.0))
