@@ -53,28 +53,34 @@ def cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / TICK_S
 
 
-def completed_requests(out: str) -> list[tuple[float, float]]:
-    """(sent unix s, end unix s) of every successful request in the run's request files."""
+def request_rows(out: str):
+    """Every row of the run's request files (``requests-*.csv``), as dicts."""
     import csv
 
-    rows = []
     for path in glob.glob(f"{out}/requests-*.csv"):
         with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                if row.get("kind", "ok") == "ok" and row.get("e2e_ms"):
-                    sent = float(row["sent_at_s"])
-                    rows.append((sent, sent + float(row["e2e_ms"]) / 1000))
-    return rows
+            yield from csv.DictReader(f)
+
+
+def locust_command(server, users: int, duration_s: int, out: str, *workload: str) -> list[str]:
+    """``locust --headless`` on the project's locustfile against the mock, raw rows into ``out``."""
+    return [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+            "--headless", "-u", str(users), "-t", f"{duration_s}s", "--only-summary", *workload,
+            "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING"]
+
+
+def completed_requests(out: str) -> list[tuple[float, float]]:
+    """(sent unix s, end unix s) of every successful request in the run's request files."""
+    return [(float(row["sent_at_s"]), float(row["sent_at_s"]) + float(row["e2e_ms"]) / 1000)
+            for row in request_rows(out) if row.get("kind", "ok") == "ok" and row.get("e2e_ms")]
 
 
 def run(server, users: int, tokens: int, duration_s: int, profile: str | None = None) -> dict:
     """One locust run; CPU per completed request inside the steady window (first and last 20% cut)."""
     server.configure(ttft_ms=5.0, itl_ms=2.0 if tokens > 2 else 1.0, tokens=tokens)
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
-               "--headless", "-u", str(users), "-r", str(users), "-t", f"{duration_s}s", "--only-summary",
-               "--max-tokens", str(tokens), "--prompt-tokens", "64", "--prompt-pool", "64",
-               "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING"]
+        cmd = locust_command(server, users, duration_s, out, "-r", str(users), "--max-tokens", str(tokens),
+                             "--prompt-tokens", "64", "--prompt-pool", "64")
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         spy = None
         trace: list[tuple[float, float]] = []
@@ -116,14 +122,8 @@ def run(server, users: int, tokens: int, duration_s: int, profile: str | None = 
 def sends_by_number(out: str) -> list[float]:
     """Send stamps (unix s) of the run's successful requests in request-number order (one process:
     numbers are given in the order the requests start)."""
-    import csv
-
-    rows = []
-    for path in glob.glob(f"{out}/requests-*.csv"):
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                if row.get("kind", "ok") == "ok":
-                    rows.append((int(row["request_id"].rsplit(":", 1)[1]), float(row["sent_at_s"])))
+    rows = [(int(row["request_id"].rsplit(":", 1)[1]), float(row["sent_at_s"]))
+            for row in request_rows(out) if row.get("kind", "ok") == "ok"]
     return [sent for _, sent in sorted(rows)]
 
 
@@ -137,10 +137,8 @@ def wave_spread(server, users: int, duration_s: int) -> dict:
     server.configure(ttft_ms=100.0, itl_ms=5.0, tokens=64)
     period_ms = 100.0 + 64 * 5.0
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
-               "--headless", "-u", str(users), "-r", str(users), "-t", f"{duration_s}s", "--only-summary",
-               "--max-tokens", "64", "--prompt-tokens", "64", "--prompt-pool", "64",
-               "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING"]
+        cmd = locust_command(server, users, duration_s, out, "-r", str(users), "--max-tokens", "64",
+                             "--prompt-tokens", "64", "--prompt-pool", "64")
         subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         sends = sends_by_number(out)
     blocks = [sends[i:i + users] for i in range(2 * users, len(sends) - users + 1, users)]
@@ -156,7 +154,6 @@ def wave_spread(server, users: int, duration_s: int) -> dict:
 
 def burst_spread(server, users: int, bursts: int = 15) -> dict:
     """Send stamps of N requests due in the same instant (a trace's burst), per burst."""
-    import csv
     import json
 
     server.configure(ttft_ms=100.0, itl_ms=5.0, tokens=8)
@@ -165,17 +162,13 @@ def burst_spread(server, users: int, bursts: int = 15) -> dict:
         trace.write_text("".join(json.dumps({"timestamp": 1000 * (1 + b), "input_length": 64, "output_length": 8,
                                              "hash_ids": [b * users + i]}) + "\n"
                                  for b in range(bursts) for i in range(users)))
-        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
-               "--headless", "-u", str(users), "-t", f"{bursts + 20}s", "--only-summary", "--workload", "trace",
-               "--dataset-path", str(trace), "--trace-block-tokens", "64", "--samples-dir", out,
-               "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING"]
+        cmd = locust_command(server, users, bursts + 20, out, "--workload", "trace", "--dataset-path", str(trace),
+                             "--trace-block-tokens", "64")
         subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         by_due: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
-        for path in glob.glob(f"{out}/requests-*.csv"):
-            with open(path, newline="") as f:
-                for row in csv.DictReader(f):
-                    if row.get("intended_at_s") and row.get("lateness_ms"):
-                        by_due[row["intended_at_s"]].append((float(row["sent_at_s"]), float(row["lateness_ms"])))
+        for row in request_rows(out):
+            if row.get("intended_at_s") and row.get("lateness_ms"):
+                by_due[row["intended_at_s"]].append((float(row["sent_at_s"]), float(row["lateness_ms"])))
     full = [sorted(v) for _, v in sorted(by_due.items()) if len(v) == users][1:]  # the first: warm-up
     if not full:
         return {"bursts": 0}
