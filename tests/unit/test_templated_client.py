@@ -1,6 +1,6 @@
-"""``TemplatedOpenAI`` (issue 25): a request built from the template is the request the SDK itself
-builds for the same options, byte for byte on the wire; anything that changes the request's shape
-is built by the SDK."""
+"""``TemplatedOpenAI.post_stream`` (issue 25): a request sent from the template is the request the
+SDK's own ``post`` sends for the same arguments, byte for byte on the wire, and fails with the
+SDK's own exceptions; anything that changes the request's shape goes the SDK's whole way."""
 
 from __future__ import annotations
 
@@ -9,114 +9,186 @@ import json
 import httpx2
 import openai
 import pytest
-from openai._models import FinalRequestOptions
 
+from vllm_locust.backend import bounds
 from vllm_locust.backend.client import make_client
 from vllm_locust.backend.endpoints import endpoint
 from vllm_locust.backend.templated import TemplatedOpenAI
 from vllm_locust.backend.transport import _request_bytes
 from vllm_locust.core.stream import StreamLimits, StreamResult
 
-
-def options(body: bytes = b'{"a":1}', **fields) -> FinalRequestOptions:
-    return FinalRequestOptions.construct(method="post", url="/chat/completions", content=body,
-                                         security={"bearer_auth": True}, **fields)
-
-
-def sdk_built(client: openai.OpenAI, opts: FinalRequestOptions) -> httpx2.Request:
-    """What the SDK's own ``_build_request`` makes of the same options (no template)."""
-    return openai.OpenAI._build_request(client, opts)
+PATH = "/chat/completions"
+SECURITY = {"bearer_auth": True}
+SSE = b'data: {"choices":[{"index":0,"text":"a","finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
 
 
-def same_request(a: httpx2.Request, b: httpx2.Request) -> None:
-    assert _request_bytes(a) == _request_bytes(b), "a different request on the wire"
-    assert a.headers.raw == b.headers.raw and str(a.url) == str(b.url)
-    assert a.extensions == b.extensions
+class Server:
+    """A MockTransport handler: records every request, answers with ``reply`` (a response or an
+    exception to raise)."""
+
+    def __init__(self):
+        self.seen: list[httpx2.Request] = []
+        self.reply = lambda: httpx2.Response(200, headers={"content-type": "text/event-stream"},
+                                             stream=httpx2.ByteStream(SSE))
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        request.read()
+        self.seen.append(request)
+        return self.reply()
 
 
-@pytest.fixture
-def client() -> TemplatedOpenAI:
-    made = make_client("http://127.0.0.1:9", "sk-one", 5.0, 30.0)
-    assert isinstance(made, TemplatedOpenAI)
-    return made
+def pair(server: Server, **settings) -> tuple[TemplatedOpenAI, openai.OpenAI]:
+    """The suite's client and the SDK's own, made alike, both answered by ``server``."""
+    made = []
+    for cls in (TemplatedOpenAI, openai.OpenAI):
+        kwargs = dict(base_url="http://127.0.0.1:9/v1", api_key="sk-one", max_retries=0,
+                      timeout=httpx2.Timeout(30.0, connect=5.0), default_headers=bounds.IDENTITY)
+        kwargs.update(settings)
+        made.append(cls(**kwargs, http_client=httpx2.Client(transport=httpx2.MockTransport(server))))
+    return made[0], made[1]
 
 
-def test_later_requests_are_the_sdks_own_requests_with_their_own_bodies(client):
-    first = client._build_request(options(b'{"a":1}'))
-    assert client.templated_requests == 0
-    for body in (b'{"b":22}', b"{}", b'{"c":"' + b"x" * 5000 + b'"}'):
-        built = client._build_request(options(body))
-        same_request(built, sdk_built(client, options(body)))
-        assert built.content == body and built.headers["content-length"] == str(len(body))
-    assert client.templated_requests == 3, "the template was not used for plain repeats"
-    assert first.headers["content-length"] == "7"
+def post_both(ours: TemplatedOpenAI, sdk: openai.OpenAI, server: Server, body: bytes, options: dict | None = None,
+              path: str = PATH) -> tuple[bytes, bytes]:
+    """The bytes each client puts on the wire for the same post."""
+    options = {"security": SECURITY} if options is None else options
+    ours.post_stream(path, body, options).close()
+    sdk.post(path, content=body, options=options, cast_to=httpx2.Response, stream=True).close()
+    return _request_bytes(server.seen[-2]), _request_bytes(server.seen[-1])
 
 
-@pytest.mark.parametrize("change", ["headers", "timeout", "api_key", "base_url", "retry", "cookie"])
-def test_a_request_of_another_shape_is_built_by_the_sdk(client, change):
-    client._build_request(options())
-    retries = 0
-    opts = options(b'{"z":0}')
+def test_later_posts_are_the_sdks_own_requests_with_their_own_bodies():
+    server = Server()
+    ours, sdk = pair(server)
+    for body in (b'{"a":1}', b'{"b":22}', b"{}", b'{"c":"' + b"x" * 5000 + b'"}'):
+        mine, theirs = post_both(ours, sdk, server, body)
+        assert mine == theirs, "a different request on the wire"
+        assert server.seen[-2].content == body and server.seen[-2].headers["content-length"] == str(len(body))
+    assert ours.templated_requests == 3, "the template was not used for plain repeats"
+
+
+def test_make_client_makes_a_templated_client():
+    assert isinstance(make_client("http://127.0.0.1:9", "sk-one", 5.0, 30.0), TemplatedOpenAI)
+
+
+@pytest.mark.parametrize("change", ["headers", "timeout", "path", "api_key", "base_url", "cookie"])
+def test_a_post_of_another_shape_goes_the_sdks_way(change):
+    server = Server()
+    ours, sdk = pair(server)
+    post_both(ours, sdk, server, b'{"a":1}')
+    options = {"security": SECURITY}
+    path = PATH
     if change == "headers":
-        opts = options(b'{"z":0}', headers={"X-Tenant": "b"})
+        options = {"security": SECURITY, "headers": {"X-Tenant": "b"}}
     elif change == "timeout":
-        opts = options(b'{"z":0}', timeout=httpx2.Timeout(3.0))
+        options = {"security": SECURITY, "timeout": httpx2.Timeout(3.0)}
+    elif change == "path":
+        path = "/completions"
     elif change == "api_key":
-        client.api_key = "sk-two"
+        ours.api_key = sdk.api_key = "sk-two"
     elif change == "base_url":
-        client.base_url = "http://127.0.0.1:10/v2"
-    elif change == "retry":
-        retries = 1
+        ours.base_url = sdk.base_url = "http://127.0.0.1:10/v2"
     elif change == "cookie":
-        client._client.cookies.set("session", "abc")
-    built = client._build_request(opts, retries_taken=retries)
-    assert client.templated_requests == 0, f"{change}: the old template was used"
-    same_request(built, openai.OpenAI._build_request(client, opts, retries_taken=retries))
-    if change != "cookie":  # the new shape is the template from now on
-        again = client._build_request(options(b'{"y":1}', **({"headers": {"X-Tenant": "b"}} if change == "headers" else
-                                                            {"timeout": httpx2.Timeout(3.0)} if change == "timeout" else {})),
-                                      retries_taken=retries)
-        assert client.templated_requests == 1
-        assert json.loads(again.content) == {"y": 1}
-    for header, value in (("authorization", "Bearer sk-two" if change == "api_key" else "Bearer sk-one"),):
-        assert built.headers[header] == value
+        ours._client.cookies.set("session", "abc")
+        sdk._client.cookies.set("session", "abc")
+    mine, theirs = post_both(ours, sdk, server, b'{"z":0}', options, path)
+    assert ours.templated_requests == 0, f"{change}: the old template was used"
+    assert mine == theirs
+    if change == "api_key":
+        assert server.seen[-2].headers["authorization"] == "Bearer sk-two"
+    mine, theirs = post_both(ours, sdk, server, b'{"y":1}', options, path)
+    assert mine == theirs
+    # the new shape is the template from now on; with a cookie jar, every post is the SDK's
+    assert ours.templated_requests == (0 if change == "cookie" else 1)
 
 
-def test_json_bodies_and_query_parameters_go_the_sdks_whole_way(client):
-    client._build_request(options())
-    for opts in (FinalRequestOptions.construct(method="post", url="/chat/completions", json_data={"a": 1}),
-                 options(params={"q": "1"})):
-        same_request(client._build_request(opts), sdk_built(client, opts))
-    assert client.templated_requests == 0
+def test_options_changed_by_the_caller_after_the_post_do_not_change_the_template():
+    server = Server()
+    ours, sdk = pair(server)
+    headers = {"X-Tenant": "a"}
+    ours.post_stream(PATH, b"{}", {"security": SECURITY, "headers": headers}).close()
+    headers["X-Tenant"] = "b"
+    mine, theirs = post_both(ours, sdk, server, b"{}", {"security": SECURITY, "headers": headers})
+    assert mine == theirs and server.seen[-2].headers["x-tenant"] == "b"
+    assert ours.templated_requests == 0
 
 
-def test_servers_still_see_the_sdks_user_agent(client):
-    request = client._build_request(options())
-    assert request.headers["user-agent"] == f"OpenAI/Python {openai.__version__}"
+@pytest.mark.parametrize("settings", [{"max_retries": 1}, {"default_query": {"api-version": "1"}},
+                                      {"api_key": lambda: "sk-from-a-provider"}])
+def test_a_client_that_retries_adds_a_query_or_refreshes_its_key_goes_the_sdks_way(settings):
+    server = Server()
+    ours, sdk = pair(server, **settings)
+    for body in (b'{"a":1}', b'{"b":2}'):
+        mine, theirs = post_both(ours, sdk, server, body)
+        assert mine == theirs
+    assert ours.templated_requests == 0
 
 
-def test_each_templated_request_has_its_own_extensions(client):
-    client._build_request(options())
-    a, b = client._build_request(options()), client._build_request(options())
-    a.extensions["trace"] = object()  # the wire hook stamps each request's own
-    assert "trace" not in b.extensions and "trace" not in client._build_request(options()).extensions
+def failure(call) -> BaseException:
+    with pytest.raises(Exception) as caught:
+        call().close()
+    return caught.value
+
+
+def status(code: int, headers: dict | None = None):
+    body = json.dumps({"error": {"message": f"said {code}", "type": "x", "code": code}}).encode()
+    return lambda: httpx2.Response(code, headers={"content-type": "application/json", **(headers or {})},
+                                   stream=httpx2.ByteStream(body))
+
+
+def raising(err: Exception):
+    def reply():
+        raise err
+    return reply
+
+
+@pytest.mark.parametrize("reply", [status(400), status(401), status(404), status(422), status(429, {"retry-after": "3"}),
+                                   status(500), status(503), raising(httpx2.ReadTimeout("slow")),
+                                   raising(httpx2.ConnectError("refused")), raising(httpx2.RemoteProtocolError("bad"))],
+                         ids=["400", "401", "404", "422", "429", "500", "503", "timeout", "connect", "protocol"])
+def test_a_templated_post_fails_as_the_sdks_own_post(reply):
+    server = Server()
+    ours, sdk = pair(server)
+    ours.post_stream(PATH, b"{}", {"security": SECURITY}).close()  # the template
+    server.reply = reply
+    mine = failure(lambda: ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}))
+    theirs = failure(lambda: sdk.post(PATH, content=b'{"a":1}', options={"security": SECURITY},
+                                      cast_to=httpx2.Response, stream=True))
+    assert ours.templated_requests == 1
+    assert type(mine) is type(theirs) and str(mine) == str(theirs)
+    assert type(mine.__cause__) is type(theirs.__cause__)
+    if isinstance(theirs, openai.APIStatusError):
+        assert (mine.status_code, mine.body, dict(mine.response.headers)) == \
+               (theirs.status_code, theirs.body, dict(theirs.response.headers))
+
+
+def test_servers_still_see_the_sdks_user_agent():
+    server = Server()
+    ours, sdk = pair(server)
+    post_both(ours, sdk, server, b"{}")
+    post_both(ours, sdk, server, b"{}")
+    assert server.seen[-2].headers["user-agent"] == f"OpenAI/Python {openai.__version__}"
+
+
+def test_each_templated_request_has_its_own_extensions():
+    server = Server()
+    ours, _sdk = pair(server)
+    for _ in range(3):
+        ours.post_stream(PATH, b"{}", {"security": SECURITY}).close()
+    server.seen[1].extensions["trace"] = object()  # the wire hook stamps each request's own
+    assert "trace" not in server.seen[2].extensions
+    assert ours._template is not None and "trace" not in ours._template.extensions
 
 
 def test_a_users_streams_send_the_same_request_but_the_body_through_the_template():
-    seen = []
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        seen.append(request)
-        text = 'data: {"choices":[{"index":0,"text":"a","finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=httpx2.ByteStream(text.encode()))
-
-    client = TemplatedOpenAI(base_url="http://127.0.0.1:9/v1", api_key="sk-test", max_retries=0,
-                             http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+    server = Server()
+    client, _sdk = pair(server)
     api = endpoint("completions")
     for prompt in ("one", "two", "three"):
         result = api.stream(client, api.body("m", 1, prompt), lambda *a: None, StreamResult(), StreamLimits(1))
         assert result.content_chunks == 1
     assert client.templated_requests == 2
+    seen = server.seen
     assert [json.loads(r.content)["prompt"] for r in seen] == ["one", "two", "three"]
     heads = [[(k, v) for k, v in r.headers.raw if k.lower() != b"content-length"] for r in seen]
     assert heads[0] == heads[1] == heads[2] and seen[0].url == seen[2].url

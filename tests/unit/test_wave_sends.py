@@ -10,7 +10,7 @@ import gevent.event
 
 from vllm_locust.backend.client import make_client
 from vllm_locust.backend.endpoints import endpoint
-from vllm_locust.backend.templated import TemplatedOpenAI
+from vllm_locust.backend.templated import _Template
 from vllm_locust.backend.wire import WireClock
 from vllm_locust.core.stream import StreamLimits, StreamResult
 
@@ -21,14 +21,14 @@ def wave(fake_server, monkeypatch, **clock) -> tuple[list[float], list[float]]:
     """Each user's instant its request was built (the SDK's part done) and its send stamp."""
     fake_server.configure(ttft_ms=1.0, itl_ms=1.0, tokens=2)
     built: dict[int, float] = {}
-    build = TemplatedOpenAI._build_request
+    build = _Template.request
 
-    def timed_build(self, options, **kw):
-        request = build(self, options, **kw)
+    def timed_build(self, content):  # a user's second request is built from its first one's template
+        request = build(self, content)
         built[id(self)] = time.perf_counter()
         return request
 
-    monkeypatch.setattr(TemplatedOpenAI, "_build_request", timed_build)
+    monkeypatch.setattr(_Template, "request", timed_build)
     api, go = endpoint("chat"), gevent.event.Event()
     clients = [make_client(fake_server.url, "", 5.0, 30.0) for _ in range(USERS)]
     clocks = [WireClock(**clock) for _ in range(USERS)]
@@ -45,12 +45,13 @@ def wave(fake_server, monkeypatch, **clock) -> tuple[list[float], list[float]]:
         send(i)
 
     users = [gevent.spawn(user, i) for i in range(USERS)]
-    while len(built) < USERS or any(c.sent_perf_s == 0 for c in clocks):
+    while any(c.sent_perf_s == 0 for c in clocks) or any(c._template is None for c in clients):
         gevent.sleep(0.01)
     gevent.sleep(0.05)  # every user is waiting for the wave
     go.set()  # the wave: every user ready in the same instant
     gevent.joinall(users, raise_error=True)
-    return [built[id(c)] for c in clients], [c.sent_perf_s for c in clocks]
+    assert len(built) == USERS and all(c.templated_requests == 1 for c in clients)
+    return [built[id(c._template)] for c in clients], [c.sent_perf_s for c in clocks]
 
 
 def test_a_waves_requests_are_all_built_before_the_first_goes_out(fake_server, monkeypatch):

@@ -1,58 +1,106 @@
-"""The ``openai`` client with its last request kept as a template: a user's client sends the same
-request (method, path, headers, timeout) every time but for the body, and the SDK rebuilt it all.
+"""The ``openai`` client with its last streamed post kept as a template: a user's client sends the
+same request (method, URL, headers, timeout) every time but for the body, and the SDK rebuilt it all.
 
-Why: the SDK's ``_build_request`` parsed the URL three times and built five header objects for every
-request, about 155 us of a short stream's 400 us of client CPU (issue 25). ``TemplatedOpenAI``
-lets the SDK build a request, keeps its URL and headers, and reuses them for the next request whose
-options differ only in the body bytes. The headers are still the SDK's own for every request
-(``_build_headers``: auth, a refreshed API key, default and per-request headers): a request whose
-headers differ from the template's is built by the SDK and becomes the template. JSON bodies,
-files, query parameters, another timeout or base URL, and cookies go the SDK's whole way.
+Why: for a short stream, the SDK's ``post`` -> ``request`` around the send (two copies of the
+options model, an idempotency key, ``_build_headers``, URL parsing, ``_process_response``) was about
+a third of the client's CPU per request (issue 25). ``TemplatedOpenAI.post_stream`` is ``post(path,
+content=..., options=..., cast_to=httpx2.Response, stream=True)``: the SDK builds and sends a user's
+first request, and the request it built becomes the template; later posts with the same path and
+options to the same client (same key, base URL, timeout, no cookies) send the template's URL and
+headers with their own body through the client's httpx client, and map failures as the SDK's
+``request`` does (``APITimeoutError``, ``APIConnectionError``, the status error of
+``_make_status_error_from_response`` with the body read). Anything else goes the SDK's whole way:
+another shape, a client with retries, an API-key provider, workload identity or a provider runtime,
+default query parameters, a cookie the server set.
 """
 
 from __future__ import annotations
 
+import copy
+
 import httpx2
 import openai
+from openai._httpx2 import request_exceptions, status_exceptions, timeout_exceptions
 from openai._models import FinalRequestOptions
-from openai._types import NotGiven
+
+
+class _Template:
+    """A request the SDK built, and what it was built from."""
+
+    __slots__ = ("path", "options", "api_key", "base_url", "timeout", "method", "url", "headers", "extensions")
+
+    def __init__(self, client: "TemplatedOpenAI", path: str, options: dict, request: httpx2.Request):
+        self.path, self.options = path, copy.deepcopy(options)  # the caller's dicts may change later
+        self.api_key, self.base_url, self.timeout = client.api_key, client._base_url, client.timeout
+        self.method, self.url = request.method, request.url
+        self.headers = httpx2.Headers(request.headers)
+        self.headers.pop("content-length", None)  # the body's own, set again for each body
+        self.extensions = dict(request.extensions)
+
+    def fits(self, client: "TemplatedOpenAI", path: str, options: dict) -> bool:
+        return (self.path == path and self.options == options and self.base_url is client._base_url
+                and self.api_key == client.api_key and self.timeout is client.timeout and not client._client.cookies)
+
+    def request(self, content: bytes) -> httpx2.Request:
+        # A copy of the extensions: the request hook adds the wire stamp to each request's own.
+        return httpx2.Request(self.method, self.url, headers=self.headers, content=content,
+                              extensions=dict(self.extensions))
 
 
 class TemplatedOpenAI(openai.OpenAI):
     """``openai.OpenAI`` with one request template (a client per user: one request shape)."""
 
-    _template: tuple | None = None  # (key, url, headers without Content-Length, extensions)
-    templated_requests = 0  # requests built from the template (tests read it)
+    _template: _Template | None = None
+    _built: httpx2.Request | None = None  # the request the SDK's ``_build_request`` made last
+    templated_requests = 0  # requests sent from the template (tests read it)
 
     @property
     def user_agent(self) -> str:
         """The SDK's own (it names the class): servers see ``OpenAI/Python <version>`` as before."""
         return super().user_agent.replace(type(self).__name__, openai.OpenAI.__name__, 1)
 
-    def _template_key(self, options: FinalRequestOptions, retries_taken: int) -> tuple | None:
-        """What a request's build depends on besides its body, or None when it is not a plain body
-        post (the SDK builds those: JSON, files, query parameters, cookies)."""
-        if (not isinstance(options.content, bytes) or options.json_data is not None or options.files is not None
-                or options.extra_json is not None or options.params or self.default_query
-                or self._auth_query(options.security) or self._client.cookies):
-            return None
-        headers = self._build_headers(options, retries_taken=retries_taken)
-        timeout = self.timeout if isinstance(options.timeout, NotGiven) else options.timeout
-        return (options.method, options.url, self.base_url, timeout,
-                options.follow_redirects, headers.raw, self._client.headers.raw, self._client.base_url)
-
     def _build_request(self, options: FinalRequestOptions, *, retries_taken: int = 0) -> httpx2.Request:
-        key = self._template_key(options, retries_taken)
+        self._built = request = super()._build_request(options, retries_taken=retries_taken)
+        return request
+
+    def _plain(self) -> bool:
+        """A client whose request the SDK builds the same way each time from the same options."""
+        return (self.max_retries == 0 and not self.default_query and self._api_key_provider is None
+                and self._provider_runtime is None and self._workload_identity_auth is None)
+
+    def post_stream(self, path: str, content: bytes, options: dict) -> httpx2.Response:
+        """``post(path, content=content, options=options, cast_to=httpx2.Response, stream=True)``."""
         template = self._template
-        if key is None or template is None or template[0] != key:
-            request = super()._build_request(options, retries_taken=retries_taken)
-            if key is not None:
-                headers = httpx2.Headers(request.headers)
-                headers.pop("content-length", None)  # the body's own, set again for each body
-                self._template = (key, request.url, headers, dict(request.extensions))
-            return request
-        _, url, headers, extensions = template
+        if template is None or not template.fits(self, path, options):
+            return self._post_and_keep(path, content, options)
         self.templated_requests += 1
-        # A copy of the extensions: the request hook adds the wire stamp to each request's own.
-        return httpx2.Request(options.method, url, headers=headers, content=options.content,
-                              extensions=dict(extensions))
+        return self.send_templated(template.request(content))
+
+    def _post_and_keep(self, path: str, content: bytes, options: dict) -> httpx2.Response:
+        """The SDK's whole way; the request it builds is the template from now on (when it can be)."""
+        self._template, self._built = None, None
+        try:
+            return self.post(path, content=content, options=options, cast_to=httpx2.Response, stream=True)
+        finally:
+            built, self._built = self._built, None
+            if built is not None and isinstance(content, bytes) and self._plain() and not self._client.cookies:
+                self._template = _Template(self, path, options, built)
+
+    def send_templated(self, request: httpx2.Request) -> httpx2.Response:
+        """Send through the client's httpx client (its hooks, redirects and cookie jar) and fail as the
+        SDK's ``request`` does with no retries left."""
+        try:
+            response = self._client.send(request, stream=True)
+        except timeout_exceptions() as err:
+            raise openai.APITimeoutError(request=request) from err
+        except openai.OpenAIError:
+            raise
+        except request_exceptions() as err:
+            raise openai.APIConnectionError(request=request) from err
+        try:
+            response.raise_for_status()
+        except status_exceptions() as err:  # 4xx and 5xx
+            if not err.response.is_closed:
+                err.response.read()
+            raise self._make_status_error_from_response(err.response) from None
+        return response

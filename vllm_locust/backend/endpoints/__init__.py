@@ -90,9 +90,12 @@ class Endpoint:
 
         The SDK sends it through its public ``post`` (auth, default headers, its exceptions: an
         HTTP 4xx/5xx raises ``openai.APIStatusError``'s subclass with the body, as ``create`` does),
-        with the body already serialised (``wire_request``) and the raw httpx response back."""
+        with the body already serialised (``wire_request``) and the raw httpx response back; a user's
+        later requests reuse the first one's URL and headers (``TemplatedOpenAI.post_stream``)."""
         content, options = wire_request(body)
-        response = client.post(self.path, content=content, options=options, cast_to=httpx2.Response, stream=True)
+        post_stream = getattr(client, "post_stream", None)  # ``templated.TemplatedOpenAI``'s (make_client)
+        response = (post_stream(self.path, content, options) if post_stream is not None else
+                    client.post(self.path, content=content, options=options, cast_to=httpx2.Response, stream=True))
         try:
             return read_stream(response, on_content, result, limits)
         finally:
