@@ -13,7 +13,7 @@ import pytest
 from vllm_locust.backend import bounds
 from vllm_locust.backend.client import make_client
 from vllm_locust.backend.endpoints import endpoint
-from vllm_locust.backend.templated import TemplatedOpenAI
+from vllm_locust.backend.templated import TemplatedOpenAI, _Template
 from vllm_locust.backend.transport import _request_bytes
 from vllm_locust.core.stream import StreamLimits, StreamResult
 
@@ -160,6 +160,14 @@ def test_a_templated_post_fails_as_the_sdks_own_post(reply):
     if isinstance(theirs, openai.APIStatusError):
         assert (mine.status_code, mine.body, dict(mine.response.headers)) == \
                (theirs.status_code, theirs.body, dict(theirs.response.headers))
+
+
+def test_a_request_whose_length_is_not_its_last_header_is_no_template():
+    body = httpx2.ByteStream(b"{}")
+    assert _Template.usable(httpx2.Request("POST", "http://h/v1/x", headers=[("X-A", "1"), ("Content-Length", "2")],
+                                           stream=body))
+    assert not _Template.usable(httpx2.Request("POST", "http://h/v1/x", headers=[("Content-Length", "2"), ("X-A", "1")],
+                                               stream=body))
 
 
 def test_servers_still_see_the_sdks_user_agent():

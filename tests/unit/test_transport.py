@@ -77,6 +77,16 @@ def test_streams_a_chunked_body_and_reuses_the_connection():
     server.close()
 
 
+def test_a_request_larger_than_the_sockets_buffer_is_sent_whole():
+    server = ScriptedServer(keep_alive)
+    client = httpx2.Client(transport=LeanTransport())
+    body = b"x" * (16 << 20)  # one send takes only what the socket's buffer holds
+    with client.stream("POST", server.url, content=body) as response:
+        assert response.status_code == 200 and b"".join(response.iter_raw()) == b"data:1\r\ndata:2\r\n"
+    assert server.requests[0].endswith(b"\r\n\r\n" + body)
+    server.close()
+
+
 def test_a_connection_the_server_closed_between_requests_is_replaced_once():
     def close_after_one(server, conn, index):
         server.read_request(conn)

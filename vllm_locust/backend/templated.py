@@ -33,18 +33,31 @@ class _Template:
         self.path, self.options = path, copy.deepcopy(options)  # the caller's dicts may change later
         self.api_key, self.base_url, self.timeout = client.api_key, client._base_url, client.timeout
         self.method, self.url = request.method, request.url
-        self.headers = httpx2.Headers(request.headers)
-        self.headers.pop("content-length", None)  # the body's own, set again for each body
-        self.extensions = dict(request.extensions)
+        headers = httpx2.Headers(request.headers, encoding=request.headers.encoding)
+        headers.pop("content-length", None)  # the body's own, set again for each body
+        self.headers, self.extensions = headers, dict(request.extensions)
+
+    @staticmethod
+    def usable(request: httpx2.Request) -> bool:
+        """A request whose body's length is its last header, where httpx puts it for a body of bytes."""
+        raw = request.headers.raw
+        return bool(raw) and raw[-1][0].lower() == b"content-length" and isinstance(request.stream, httpx2.ByteStream)
 
     def fits(self, client: "TemplatedOpenAI", path: str, options: dict) -> bool:
         return (self.path == path and self.options == options and self.base_url is client._base_url
                 and self.api_key == client.api_key and self.timeout is client.timeout and not client._client.cookies)
 
     def request(self, content: bytes) -> httpx2.Request:
-        # A copy of the extensions: the request hook adds the wire stamp to each request's own.
-        return httpx2.Request(self.method, self.url, headers=self.headers, content=content,
-                              extensions=dict(self.extensions))
+        """The template's request with this body: its headers (``Host`` included, the encoding known)
+        with the body's ``Content-Length`` where httpx puts it, and the body as a ``ByteStream``
+        (``httpx2.Request(content=...)`` would encode the body and look for each default header
+        again). A copy of the extensions: the request hook adds the wire stamp to each request's own."""
+        headers = httpx2.Headers(self.headers, encoding=self.headers.encoding)
+        headers["Content-Length"] = str(len(content))  # last, as httpx puts it (``usable``)
+        request = httpx2.Request(self.method, self.url, headers=headers, stream=httpx2.ByteStream(content),
+                                 extensions=dict(self.extensions))
+        request._content = content  # read, as ``content=`` leaves it
+        return request
 
 
 class TemplatedOpenAI(openai.OpenAI):
@@ -83,7 +96,8 @@ class TemplatedOpenAI(openai.OpenAI):
             return self.post(path, content=content, options=options, cast_to=httpx2.Response, stream=True)
         finally:
             built, self._built = self._built, None
-            if built is not None and isinstance(content, bytes) and self._plain() and not self._client.cookies:
+            if (built is not None and isinstance(content, bytes) and _Template.usable(built) and self._plain()
+                    and not self._client.cookies):
                 self._template = _Template(self, path, options, built)
 
     def send_templated(self, request: httpx2.Request) -> httpx2.Response:

@@ -159,7 +159,9 @@ class LeanTransport(httpx2.BaseTransport):
             sock.settimeout(timeouts.get("write"))
             if trace is not None:
                 trace(WireClock.SEND_EVENT, {"request": request})
-            sock.sendall(payload)
+            sent = sock.send(payload)  # one syscall for a request that fits the socket's buffer
+            if sent < len(payload):  # (gevent's ``sendall`` asks for the buffer's size first)
+                sock.sendall(memoryview(payload)[sent:])
             sock.settimeout(timeouts.get("read"))
             while not parser.headers_complete or parser.get_code() < 200:
                 data = sock.recv(self.block_size)
