@@ -1,5 +1,6 @@
 """LeanTransport against scripted raw-socket servers: keep-alive, stale connections, broken bodies."""
 
+import os
 import socket
 import threading
 
@@ -150,6 +151,21 @@ def test_silence_after_the_headers_is_a_read_timeout():
     with pytest.raises(httpx2.ReadTimeout):
         post(client, server.url)
     server.close()
+
+
+def test_a_forked_worker_starts_its_own_read_watcher(monkeypatch):
+    """A process forked from one whose watcher ran (``--processes``) has no such thread: silence
+    there must still time out."""
+    from vllm_locust.backend import transport
+
+    watch = transport._ReadWatch()
+    watch.watch(transport._BodyStream(None, (), None, None, 1.0))  # the parent's watcher
+    parents = watch.thread
+    monkeypatch.setattr(watch, "pid", -1)  # as a forked child sees it
+    monkeypatch.setattr(transport, "_READ_WATCH", watch)
+    watch.bodies.clear()
+    test_silence_after_the_headers_is_a_read_timeout()
+    assert watch.thread is not parents and watch.pid == os.getpid()
 
 
 def test_refused_connection_is_a_connect_error():

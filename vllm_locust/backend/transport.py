@@ -16,6 +16,7 @@ request counted a success; httpx's own transport refuses past 100 KiB).
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -70,14 +71,24 @@ class _ReadWatch:
     def __init__(self):
         self.bodies: set[_BodyStream] = set()
         self.thread: threading.Thread | None = None
+        self.pid = 0  # the process the thread runs in (a forked worker has none)
 
     def watch(self, body: "_BodyStream") -> None:
         self.bodies.add(body)
-        if self.thread is None or not self.thread.is_alive():
+        # Not ``thread.is_alive()`` each time: under gevent it takes a lock (2% of a short request's CPU).
+        if self.pid != os.getpid() or self.thread is None:
             self.thread = threading.Thread(target=self._run, name="read-timeouts", daemon=True)
             self.thread.start()
+            self.pid = os.getpid()
 
     def _run(self) -> None:
+        try:
+            self._watch_forever()
+        finally:  # killed (a test's hub, a greenlet kill): the next body starts another
+            if self.thread is threading.current_thread():
+                self.thread = None
+
+    def _watch_forever(self) -> None:
         while True:
             bodies = list(self.bodies)
             period = min([self.MAX_PERIOD_S, *(b.read_timeout_s / 4 for b in bodies)])
