@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gevent
 import httpx2
+import pytest
 
 from vllm_locust.backend import wire
 
@@ -102,3 +103,15 @@ def test_http_errors_are_still_the_sdks_status_errors_with_their_body(status, er
     assert isinstance(caught.value, openai.APIStatusError) and caught.value.body == {"message": f"no {status}"}
     assert failure.kind is kind and f"HTTP {status}: no {status}" in failure.message
     assert retry_after_s(caught.value) == (3.0 if status == 429 else None)
+
+
+def test_a_clock_stamps_only_requests_sent_inside_its_block():
+    clock = wire.WireClock()
+    with pytest.raises(RuntimeError):
+        with clock.active():
+            inside = httpx2.Request("POST", "http://127.0.0.1:9/v1/x")
+            wire.on_request(inside)
+            raise RuntimeError("the request failed")
+    after = httpx2.Request("POST", "http://127.0.0.1:9/v1/x")
+    wire.on_request(after)
+    assert inside.extensions["trace"] == clock.trace and "trace" not in after.extensions

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
 
 import httpx2
 
@@ -60,15 +59,18 @@ class WireClock:
                 time.sleep(0)  # the others ready now build theirs first (see the module's docstring)
             self.stamp_send()
 
-    @contextmanager
-    def active(self):
-        """Requests sent from this greenlet inside the block are stamped on this clock."""
-        sending = _local()
-        sending.clock = self
-        try:
-            yield self
-        finally:
-            sending.clock = None
+    def active(self) -> "WireClock":
+        """``with clock.active():`` requests sent from this greenlet inside the block are stamped on
+        this clock. The clock is its own context manager (a generator-based one cost about 2% of a
+        short request's CPU)."""
+        return self
+
+    def __enter__(self) -> "WireClock":
+        _local().clock = self
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        _local().clock = None
 
 
 def on_request(request: httpx2.Request) -> None:
