@@ -15,6 +15,7 @@ from vllm_locust.backend.client import make_client
 from vllm_locust.backend.endpoints import endpoint
 from vllm_locust.backend.templated import TemplatedOpenAI, _Template
 from vllm_locust.backend.transport import _request_bytes
+from vllm_locust.backend.wire import WireClock, event_hooks
 from vllm_locust.core.stream import StreamLimits, StreamResult
 
 PATH = "/chat/completions"
@@ -22,30 +23,48 @@ SECURITY = {"bearer_auth": True}
 SSE = b'data: {"choices":[{"index":0,"text":"a","finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
 
 
-class Server:
-    """A MockTransport handler: records every request, answers with ``reply`` (a response or an
-    exception to raise)."""
+def ok(_request: httpx2.Request | None = None) -> httpx2.Response:
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=httpx2.ByteStream(SSE))
 
-    def __init__(self):
+
+class Server:
+    """A MockTransport handler: records every request, answers with ``reply(request)`` (a response,
+    or it raises)."""
+
+    def __init__(self, reply=ok):
         self.seen: list[httpx2.Request] = []
-        self.reply = lambda: httpx2.Response(200, headers={"content-type": "text/event-stream"},
-                                             stream=httpx2.ByteStream(SSE))
+        self.reply = reply
 
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         request.read()
         self.seen.append(request)
-        return self.reply()
+        return self.reply(request)
 
 
-def pair(server: Server, **settings) -> tuple[TemplatedOpenAI, openai.OpenAI]:
+def pair(server: Server, hooks: dict | None = None, **settings) -> tuple[TemplatedOpenAI, openai.OpenAI]:
     """The suite's client and the SDK's own, made alike, both answered by ``server``."""
     made = []
     for cls in (TemplatedOpenAI, openai.OpenAI):
         kwargs = dict(base_url="http://127.0.0.1:9/v1", api_key="sk-one", max_retries=0,
                       timeout=httpx2.Timeout(30.0, connect=5.0), default_headers=bounds.IDENTITY)
         kwargs.update(settings)
-        made.append(cls(**kwargs, http_client=httpx2.Client(transport=httpx2.MockTransport(server))))
+        http = httpx2.Client(transport=httpx2.MockTransport(server), follow_redirects=True, event_hooks=hooks or {})
+        made.append(cls(**kwargs, http_client=http))
     return made[0], made[1]
+
+
+def sdk_post(client: openai.OpenAI, body, options: dict, path: str = PATH) -> httpx2.Response:
+    return client.post(path, content=body, options=options, cast_to=httpx2.Response, stream=True)
+
+
+def outcome(call):
+    """The status of the response ``call`` returns, or the exception it raises."""
+    try:
+        response = call()
+    except Exception as err:  # noqa: BLE001 - the exception is the outcome
+        return err
+    response.close()
+    return response.status_code
 
 
 def post_both(ours: TemplatedOpenAI, sdk: openai.OpenAI, server: Server, body: bytes, options: dict | None = None,
@@ -132,12 +151,12 @@ def failure(call) -> BaseException:
 
 def status(code: int, headers: dict | None = None):
     body = json.dumps({"error": {"message": f"said {code}", "type": "x", "code": code}}).encode()
-    return lambda: httpx2.Response(code, headers={"content-type": "application/json", **(headers or {})},
-                                   stream=httpx2.ByteStream(body))
+    return lambda _request: httpx2.Response(code, headers={"content-type": "application/json", **(headers or {})},
+                                            stream=httpx2.ByteStream(body))
 
 
 def raising(err: Exception):
-    def reply():
+    def reply(_request):
         raise err
     return reply
 
@@ -200,3 +219,103 @@ def test_a_users_streams_send_the_same_request_but_the_body_through_the_template
     assert [json.loads(r.content)["prompt"] for r in seen] == ["one", "two", "three"]
     heads = [[(k, v) for k, v in r.headers.raw if k.lower() != b"content-length"] for r in seen]
     assert heads[0] == heads[1] == heads[2] and seen[0].url == seen[2].url
+
+
+# Found by an adversarial review of the template (each failed before its fix):
+
+def test_two_greenlets_posting_through_one_client_each_keep_their_own_request():
+    """One post's options were paired with the other's request when a second greenlet's post was
+    built while the first waited for its reply."""
+    import gevent
+    import gevent.event
+
+    b_sent, a_done = gevent.event.Event(), gevent.event.Event()
+
+    def reply(request):
+        if request.headers.get("x-who") == "A" and not b_sent.is_set():
+            b_sent.wait()  # A's answer comes after B was built and sent
+        elif request.headers.get("x-who") == "B" and not a_done.is_set():
+            b_sent.set()
+            a_done.wait()  # B's answer comes after A's post returned
+        return ok()
+
+    server = Server(reply)
+    ours, _sdk = pair(server)
+    opts_a = {"security": SECURITY, "headers": {"X-Who": "A"}}
+    opts_b = {"security": SECURITY, "headers": {"X-Who": "B"}}
+
+    def a():
+        ours.post_stream(PATH, b'{"a":1}', opts_a).close()
+        a_done.set()
+
+    gevent.joinall([gevent.spawn(a), gevent.spawn(lambda: ours.post_stream("/completions", b'{"b":1}', opts_b).close())],
+                   raise_error=True)
+    ours.post_stream(PATH, b'{"a":2}', opts_a).close()
+    assert (server.seen[-1].url.path, server.seen[-1].headers["x-who"]) == ("/v1/chat/completions", "A")
+
+
+def test_the_first_requests_wire_stamp_is_not_part_of_the_template():
+    server = Server()
+    ours, _sdk = pair(server, hooks=event_hooks())
+    with WireClock(yield_before_send=False).active():
+        ours.post_stream(PATH, b"{}", {"security": SECURITY}).close()
+    ours.post_stream(PATH, b"{}", {"security": SECURITY}).close()  # no clock: the SDK's request carries no trace
+    assert ours.templated_requests == 1 and "trace" not in server.seen[-1].extensions
+
+
+def test_options_that_change_how_the_sdk_sends_are_never_templated():
+    """``follow_redirects`` and ``max_retries`` are the SDK's to apply: a templated post ignored them."""
+    def reply(request):
+        return ok() if request.url.path.endswith("/moved") else httpx2.Response(
+            307, headers={"location": "http://127.0.0.1:9/v1/moved"})
+
+    server = Server(reply)
+    ours, sdk = pair(server)
+    opts = {"security": SECURITY, "follow_redirects": False}
+    mine = [outcome(lambda: ours.post_stream(PATH, b"{}", opts)) for _ in range(2)]
+    theirs = outcome(lambda: sdk_post(sdk, b"{}", opts))
+    assert [type(m) for m in mine] == [type(theirs)] * 2 and isinstance(theirs, openai.APIStatusError)
+
+    calls = []
+
+    def busy_every_other(_request):
+        calls.append(1)
+        return ok() if len(calls) % 2 == 0 else httpx2.Response(503, headers={"retry-after-ms": "1"},
+                                                                stream=httpx2.ByteStream(b"{}"))
+
+    ours, _sdk = pair(Server(busy_every_other))
+    opts = {"security": SECURITY, "max_retries": 1}
+    assert [outcome(lambda: ours.post_stream(PATH, b"{}", opts)) for _ in range(2)] == [200, 200]
+    assert ours.templated_requests == 0
+
+
+@pytest.mark.parametrize("change", ["max_retries", "organization", "project"])
+def test_client_settings_changed_after_the_template_are_the_sdks_again(change):
+    calls = []
+
+    def reply(_request):
+        calls.append(1)
+        return httpx2.Response(503, stream=httpx2.ByteStream(b"{}")) if len(calls) == 2 else ok()
+
+    server = Server(reply if change == "max_retries" else ok)
+    ours, sdk = pair(server)
+    ours.post_stream(PATH, b"{}", {"security": SECURITY}).close()
+    if change == "max_retries":
+        ours.max_retries = 1  # the SDK retries the 503
+        assert outcome(lambda: ours.post_stream(PATH, b"{}", {"security": SECURITY})) == 200
+        return
+    setattr(ours, change, "x-1")
+    setattr(sdk, change, "x-1")
+    mine, theirs = post_both(ours, sdk, server, b"{}")
+    assert mine == theirs and server.seen[-2].headers[f"openai-{change}"] == "x-1"
+
+
+@pytest.mark.parametrize("body", ['{"p":"\u00e9"}', b""], ids=["str", "empty"])
+def test_a_body_the_template_cannot_send_goes_the_sdks_way(body):
+    """A ``str`` body had its characters counted as its length; an empty body's ``Content-Length: 0``
+    goes right after ``Host`` in httpx's request, last in the template's."""
+    server = Server()
+    ours, sdk = pair(server)
+    ours.post_stream(PATH, b"{}", {"security": SECURITY}).close()
+    mine, theirs = post_both(ours, sdk, server, body)
+    assert mine == theirs

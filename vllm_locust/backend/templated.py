@@ -11,7 +11,9 @@ headers with their own body through the client's httpx client, and map failures 
 ``request`` does (``APITimeoutError``, ``APIConnectionError``, the status error of
 ``_make_status_error_from_response`` with the body read). Anything else goes the SDK's whole way:
 another shape, a client with retries, an API-key provider, workload identity or a provider runtime,
-default query parameters, a cookie the server set.
+default query parameters, a cookie the server set, options other than ``security``, ``headers``,
+``params`` and ``timeout``, a body that is not bytes. A templated post does not write the SDK's debug
+log lines (``OPENAI_LOG=debug`` shows a user's first request only).
 """
 
 from __future__ import annotations
@@ -23,19 +25,29 @@ import openai
 from openai._httpx2 import request_exceptions, status_exceptions, timeout_exceptions
 from openai._models import FinalRequestOptions
 
+from .wire import greenlet_local
+
+# The options a template may be made for: the rest (``follow_redirects``, ``max_retries``, ...) change
+# how the SDK sends, not only what it builds.
+TEMPLATE_OPTIONS = frozenset({"security", "headers", "params", "timeout"})
+
 
 class _Template:
     """A request the SDK built, and what it was built from."""
 
-    __slots__ = ("path", "options", "api_key", "base_url", "timeout", "method", "url", "headers", "extensions")
+    __slots__ = ("path", "options", "api_key", "base_url", "timeout", "organization", "project", "method", "url",
+                 "headers", "extensions")
 
-    def __init__(self, client: "TemplatedOpenAI", path: str, options: dict, request: httpx2.Request):
+    def __init__(self, client: "TemplatedOpenAI", path: str, options: dict, request: httpx2.Request,
+                 extensions: dict):
+        """``extensions``: the request's as the SDK built them (before the request hook added its own)."""
         self.path, self.options = path, copy.deepcopy(options)  # the caller's dicts may change later
         self.api_key, self.base_url, self.timeout = client.api_key, client._base_url, client.timeout
+        self.organization, self.project = client.organization, client.project  # in the SDK's default headers
         self.method, self.url = request.method, request.url
         headers = httpx2.Headers(request.headers, encoding=request.headers.encoding)
         headers.pop("content-length", None)  # the body's own, set again for each body
-        self.headers, self.extensions = headers, dict(request.extensions)
+        self.headers, self.extensions = headers, extensions
 
     @staticmethod
     def usable(request: httpx2.Request) -> bool:
@@ -43,9 +55,13 @@ class _Template:
         raw = request.headers.raw
         return bool(raw) and raw[-1][0].lower() == b"content-length" and isinstance(request.stream, httpx2.ByteStream)
 
-    def fits(self, client: "TemplatedOpenAI", path: str, options: dict) -> bool:
-        return (self.path == path and self.options == options and self.base_url is client._base_url
-                and self.api_key == client.api_key and self.timeout is client.timeout and not client._client.cookies)
+    def fits(self, client: "TemplatedOpenAI", path: str, content, options: dict) -> bool:
+        """Whether a post of ``content`` to ``path`` with ``options`` is this template's request.
+        An empty body goes the SDK's way: httpx puts its ``Content-Length: 0`` right after ``Host``."""
+        return (self.path == path and type(content) is bytes and content and self.options == options
+                and self.base_url is client._base_url and self.api_key == client.api_key
+                and self.timeout is client.timeout and client.max_retries == 0 and not client._client.cookies
+                and self.organization == client.organization and self.project == client.project)
 
     def request(self, content: bytes) -> httpx2.Request:
         """The template's request with this body: its headers (``Host`` included, the encoding known)
@@ -64,7 +80,6 @@ class TemplatedOpenAI(openai.OpenAI):
     """``openai.OpenAI`` with one request template (a client per user: one request shape)."""
 
     _template: _Template | None = None
-    _built: httpx2.Request | None = None  # the request the SDK's ``_build_request`` made last
     templated_requests = 0  # requests sent from the template (tests read it)
 
     @property
@@ -73,7 +88,10 @@ class TemplatedOpenAI(openai.OpenAI):
         return super().user_agent.replace(type(self).__name__, openai.OpenAI.__name__, 1)
 
     def _build_request(self, options: FinalRequestOptions, *, retries_taken: int = 0) -> httpx2.Request:
-        self._built = request = super()._build_request(options, retries_taken=retries_taken)
+        """The SDK's; the request and its extensions as built are kept for this greenlet's post (two
+        greenlets posting through one client each keep their own)."""
+        request = super()._build_request(options, retries_taken=retries_taken)
+        greenlet_local().built = (self, request, dict(request.extensions))
         return request
 
     def _plain(self) -> bool:
@@ -84,21 +102,23 @@ class TemplatedOpenAI(openai.OpenAI):
     def post_stream(self, path: str, content: bytes, options: dict) -> httpx2.Response:
         """``post(path, content=content, options=options, cast_to=httpx2.Response, stream=True)``."""
         template = self._template
-        if template is None or not template.fits(self, path, options):
+        if template is None or not template.fits(self, path, content, options):
             return self._post_and_keep(path, content, options)
         self.templated_requests += 1
         return self.send_templated(template.request(content))
 
     def _post_and_keep(self, path: str, content: bytes, options: dict) -> httpx2.Response:
         """The SDK's whole way; the request it builds is the template from now on (when it can be)."""
-        self._template, self._built = None, None
+        self._template = None
+        local = greenlet_local()
+        local.built = None
         try:
             return self.post(path, content=content, options=options, cast_to=httpx2.Response, stream=True)
         finally:
-            built, self._built = self._built, None
-            if (built is not None and isinstance(content, bytes) and _Template.usable(built) and self._plain()
-                    and not self._client.cookies):
-                self._template = _Template(self, path, options, built)
+            built, local.built = local.built, None
+            if (built is not None and built[0] is self and type(content) is bytes and options.keys() <= TEMPLATE_OPTIONS
+                    and _Template.usable(built[1]) and self._plain() and not self._client.cookies):
+                self._template = _Template(self, path, options, built[1], built[2])
 
     def send_templated(self, request: httpx2.Request) -> httpx2.Response:
         """Send through the client's httpx client (its hooks, redirects and cookie jar) and fail as the

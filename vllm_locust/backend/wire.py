@@ -5,8 +5,9 @@ read as server latency. httpx's request hook attaches httpcore's ``trace`` exten
 ``http11.send_request_headers.started`` event is the instant the first request byte is written
 (after a new connection's TCP connect: connection set-up is the client pool's, not the server's).
 
-All users of a process share one client (one connection pool), so the hook finds the clock of
-the user whose greenlet is sending through a greenlet-local: ``with clock.active(): create(...)``.
+The hook is the httpx client's (each user has its own client, ``client.make_client``), and it finds
+the clock of the user whose greenlet is sending through a greenlet-local: ``with clock.active():
+create(...)``.
 Arrivals are stamped where the suite reads the body (``sse.stamped_payloads``).
 
 Just before the stamp the sending greenlet yields once (``time.sleep(0)``: gevent's under Locust's
@@ -22,14 +23,16 @@ import time
 
 import httpx2
 
-# .clock: the WireClock of the request this greenlet is sending. The standard library's
-# ``threading.local`` keeps the backend free of gevent: Locust's monkey-patching turns it into
-# gevent's greenlet-local. It is made at the first request, not at import, because a local made
-# before the patch would stay a thread-local that every greenlet of the process shares.
+# This greenlet's own namespace: .clock, the WireClock of the request it is sending (and
+# ``templated.py``'s .built). The standard library's ``threading.local`` keeps the backend free of
+# gevent: Locust's monkey-patching turns it into gevent's greenlet-local. It is made at the first
+# request, not at import, because a local made before the patch would stay a thread-local that every
+# greenlet of the process shares.
 _sending: threading.local | None = None
 
 
-def _local() -> threading.local:
+def greenlet_local() -> threading.local:
+    """The sending greenlet's namespace (a thread's, without gevent)."""
     global _sending
     if _sending is None:
         _sending = threading.local()
@@ -66,15 +69,15 @@ class WireClock:
         return self
 
     def __enter__(self) -> "WireClock":
-        _local().clock = self
+        greenlet_local().clock = self
         return self
 
     def __exit__(self, *_exc) -> None:
-        _local().clock = None
+        greenlet_local().clock = None
 
 
 def on_request(request: httpx2.Request) -> None:
-    clock = getattr(_local(), "clock", None)
+    clock = getattr(greenlet_local(), "clock", None)
     if clock is not None:
         clock.stamp_send()  # replaced by the trace event when the bytes go out
         request.extensions["trace"] = clock.trace
