@@ -132,6 +132,7 @@ def test_uninstall_puts_locusts_own_back():
         assert locust.stats.bucket_response_time is buckets.LOCUST_BUCKET
         assert locust.stats.StatsEntry.get_response_time_percentile is buckets.LOCUST_PERCENTILE
         assert locust.stats.StatsEntry.get_current_response_time_percentile is buckets.LOCUST_CURRENT_PERCENTILE
+        assert locust.stats.StatsEntry.log is buckets.LOCUST_LOG
 
 
 @pytest.mark.parametrize("processes, worker, advice", [
@@ -179,3 +180,40 @@ def test_fine_buckets_are_the_values_rounded_to_three_significant_digits():
         digits = 2 - math.floor(math.log10(value))
         expected = round(value, digits)
         assert buckets.fine_bucket(value) == (int(expected) if digits <= 0 else expected), value
+
+
+def entry_state(entry) -> dict:
+    """Everything ``StatsEntry.log`` may change, NaN made comparable."""
+    def same(value):
+        return "nan" if isinstance(value, float) and math.isnan(value) else value
+
+    return {"num_requests": entry.num_requests, "num_none_requests": entry.num_none_requests,
+            "total_response_time": same(entry.total_response_time), "min": same(entry.min_response_time),
+            "max": same(entry.max_response_time), "types": (type(entry.min_response_time), type(entry.max_response_time)),
+            "response_times": {same(k): v for k, v in entry.response_times.items()},
+            "per_second": dict(entry.num_reqs_per_sec), "last": entry.last_request_timestamp,
+            "content": entry.total_content_length,
+            "cache": {t: (c.num_requests, dict(c.response_times)) for t, c in (entry.response_times_cache or {}).items()}}
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_the_fused_log_leaves_an_entry_as_locusts_log_does(monkeypatch, cache):
+    """``buckets.log`` (one function per ITL gap) against Locust's own ``StatsEntry.log`` with the
+    same bucketing: same counts, sums, extremes and their types, histogram, per-second counts and
+    once-a-second cache, over values with None, NaN, ints, ties and a clock that crosses seconds."""
+    rng = random.Random(7)
+    values = [5, 5.0, 300.0, 300, None, 2, 2.0] + [
+        rng.choice([None, float("nan"), 0, 5, 5.0, rng.uniform(0, 200), rng.uniform(0, 1), 1e6 * rng.random()])
+        for _ in range(2000)]
+    with installed_buckets():
+        stats = locust.stats.RequestStats(use_response_times_cache=cache)
+        ours, theirs = (locust.stats.StatsEntry(stats, "ITL", "chat", use_response_times_cache=cache) for _ in range(2))
+        now = [1_000_000.0]
+        monkeypatch.setattr(time, "time", lambda: now[0])
+        for i, value in enumerate(values):
+            now[0] += rng.choice([0.0, 0.001, 0.3, 1.0, 2.5])
+            length = i % 3
+            buckets.log(ours, value, length)
+            buckets.LOCUST_LOG(theirs, value, length)
+            assert entry_state(ours) == entry_state(theirs), i
+        assert locust.stats.StatsEntry.log is buckets.log  # what every entry of a run logs with

@@ -295,3 +295,87 @@ def test_a_body_that_keeps_coming_outlives_its_read_timeout():
     with client.stream("POST", server.url, json={"x": 1}) as response:
         assert b"".join(response.iter_raw()).count(b"data:1") == 40
     server.close()
+
+
+class _CountingSocket:
+    """A socket's C object with its failed non-blocking reads counted (everything else passed on)."""
+
+    def __init__(self, real):
+        self._real = real
+        self.would_block = 0
+
+    def recv(self, *args):
+        try:
+            return self._real.recv(*args)
+        except BlockingIOError:
+            self.would_block += 1
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def test_a_body_is_waited_for_not_read_until_it_would_block(monkeypatch):
+    """Between two chunks of a stream the body's reader waits for the socket, then reads: gevent's
+    own ``recv`` read first, failed (EAGAIN) and raised once per chunk (issue 25)."""
+    counted = []
+    connect = LeanTransport._connect
+
+    def counting_connect(self, key, timeout_s):
+        sock = connect(self, key, timeout_s)
+        sock._sock = _CountingSocket(sock._sock)
+        counted.append(sock._sock)
+        return sock
+
+    monkeypatch.setattr(LeanTransport, "_connect", counting_connect)
+    server = ScriptedServer(_dribble(40, 0.005))
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(30.0))
+    with client.stream("POST", server.url, json={"x": 1}) as response:
+        reads = list(response.iter_raw())
+    assert b"".join(reads).count(b"data:1") == 40 and len(reads) > 5, "the body did not arrive in pieces"
+    assert len(counted) == 1 and counted[0].would_block <= 2, f"{counted[0].would_block} failed reads for {len(reads)} reads"
+    server.close()
+
+
+def test_raw_reads_are_iter_raws_reads_straight_from_the_body():
+    """``raw_reads``: the same bytes as ``iter_raw`` for this transport's body, the response marked
+    consumed, an error naming its request; a capped body (not an event stream) keeps its cap."""
+    from vllm_locust.backend.bounds import guard_response
+    from vllm_locust.backend.transport import _BodyStream, raw_reads
+
+    server = ScriptedServer(_dribble(10, 0.001))
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(5.0))
+    with client.stream("POST", server.url, json={"x": 1}) as response:
+        expected = list(response.iter_raw())
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(5.0))
+    with client.stream("POST", server.url, json={"x": 1}) as response:
+        reads = raw_reads(response)
+        assert response.is_stream_consumed and type(response.stream._stream) is _BodyStream
+        assert b"".join(reads) == b"".join(expected) and expected
+        with pytest.raises(httpx2.StreamConsumed):
+            next(response.iter_raw())
+    server.close()
+
+    def stall(server, conn, index):
+        server.read_request(conn)
+        conn.sendall(CHUNKED_OK[:90])
+        threading.Event().wait(5)
+
+    server = ScriptedServer(stall)
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(0.3))
+    with client.stream("POST", server.url, json={"x": 1}) as response:
+        with pytest.raises(httpx2.ReadTimeout) as raised:
+            list(raw_reads(response))
+        assert raised.value.request is response.request
+    server.close()
+
+    def plain(server, conn, index):
+        server.read_request(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 64\r\n\r\n" + b"x" * 64)
+
+    server = ScriptedServer(plain)
+    client = httpx2.Client(transport=LeanTransport(), event_hooks={"response": [lambda r: guard_response(r, 16)]})
+    with client.stream("POST", server.url, json={"x": 1}) as response:
+        with pytest.raises(httpx2.RemoteProtocolError, match="over 16 bytes"):
+            list(raw_reads(response))
+    server.close()

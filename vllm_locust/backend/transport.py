@@ -23,7 +23,9 @@ import time
 from typing import Iterator
 
 import httpx2
+from geventhttpclient._parser import HTTPResponseParser
 from geventhttpclient.response import HTTPParseError, HTTPResponse
+from httpx2._client import BoundSyncStream
 
 from .wire import WireClock
 
@@ -220,6 +222,36 @@ def _request_bytes(request: httpx2.Request) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
+def _waiting_reader(sock) -> tuple:
+    """``(wait, recv)`` for a gevent socket without a timeout: its wait for readability
+    (``_wait(_read_event)``, what its own ``recv`` does after a failed read) and the non-blocking
+    socket's ``recv``; ``(None, None)`` for any other socket (plain sockets read with ``recv``)."""
+    wait, raw = getattr(sock, "_wait", None), getattr(sock, "_sock", None)
+    if wait is None or raw is None or getattr(sock, "_read_event", None) is None or sock.gettimeout() is not None:
+        return None, None
+    return wait, raw.recv
+
+
+def _parser_feed(parser: _ResponseParser):
+    """llhttp's ``feed`` itself: ``HTTPResponse.feed``'s Python wrapper only mends a HEAD response's
+    trailing bytes, and a body is never a HEAD's."""
+    return HTTPResponseParser.feed.__get__(parser)
+
+
+def raw_reads(response: httpx2.Response) -> Iterator[bytes]:
+    """``response.iter_raw()``: the body's reads as they return. For this transport's own body,
+    straight from it (httpx's ``iter_raw`` and the client's ``BoundSyncStream`` are two generators
+    and a list per read); any other stream (``bounds.CappedStream``, httpx's transport) through
+    ``iter_raw``."""
+    stream = response.stream
+    body = getattr(stream, "_stream", None)
+    if (type(stream) is not BoundSyncStream or type(body) is not _BodyStream or response.is_stream_consumed
+            or response.is_closed):
+        return response.iter_raw()
+    response.is_stream_consumed = True
+    return body.reads(response.request)
+
+
 class _BodyStream(httpx2.SyncByteStream):
     """The response body as it arrives: each read's parsed bytes (chunked framing removed). Its
     reads have no socket timeout: ``_ReadWatch`` keeps the read timeout."""
@@ -242,6 +274,19 @@ class _BodyStream(httpx2.SyncByteStream):
                 pass
 
     def __iter__(self) -> Iterator[bytes]:
+        return self.reads()
+
+    def reads(self, request: httpx2.Request | None = None) -> Iterator[bytes]:
+        """The body's reads, as ``__iter__``; an httpx error raised here names ``request`` (what
+        httpx's ``iter_raw`` does for the reads it passes on: ``raw_reads``)."""
+        try:
+            yield from self._reads()
+        except httpx2.RequestError as err:
+            if request is not None:
+                err.request = request
+            raise
+
+    def _reads(self) -> Iterator[bytes]:
         parser, body, sock = self._parser, self._parser.body, self._sock
         if sock is None:
             return
@@ -254,16 +299,29 @@ class _BodyStream(httpx2.SyncByteStream):
             self.last_read_s = time.monotonic()
             _READ_WATCH.watch(self)
         monotonic = time.monotonic
+        size = self._transport.block_size
+        feed = _parser_feed(parser)
+        # A gevent socket (Locust's monkey-patching) is waited on before it is read: gevent's own
+        # ``recv`` reads first, and between two chunks of a stream that read fails (EAGAIN) and raises,
+        # a syscall and an exception per chunk (issue 25). A plain socket (tests) blocks in ``recv``.
+        wait, raw_recv = _waiting_reader(sock)
         try:
             while not parser.message_complete:
-                data = sock.recv(self._transport.block_size)
+                if wait is not None:
+                    wait(sock._read_event)
+                    try:
+                        data = raw_recv(size)
+                    except BlockingIOError:  # woken with nothing to read: wait again
+                        continue
+                else:
+                    data = sock.recv(size)
                 if self.expired:
                     raise httpx2.ReadTimeout("timed out waiting for the body")
                 if not data:
                     raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
                 if watched:
                     self.last_read_s = monotonic()
-                parser.feed(data)
+                feed(data)
                 if body:
                     chunk = body[0] if len(body) == 1 else b"".join(body)
                     body.clear()

@@ -16,6 +16,7 @@ what the histogram holds. The analysis never uses these buckets: it reads raw sa
 from __future__ import annotations
 
 import math
+import time
 
 import locust.stats
 
@@ -27,6 +28,7 @@ LOCUST_BUCKET = locust.stats.bucket_response_time
 LOCUST_PERCENTILE = locust.stats.StatsEntry.get_response_time_percentile
 LOCUST_CURRENT_PERCENTILE = locust.stats.StatsEntry.get_current_response_time_percentile
 LOCUST_PERCENTILE_FIELDS = getattr(locust.stats.StatsCSV, "_percentile_fields", None)
+LOCUST_LOG = locust.stats.StatsEntry.log
 
 
 def fine_bucket(response_time: float) -> float:
@@ -42,6 +44,31 @@ def fine_bucket(response_time: float) -> float:
         return round(response_time * scale) / scale
     bucket = round(response_time, digits)
     return int(bucket) if digits <= 0 else bucket
+
+
+def log(self, response_time, content_length: int) -> None:
+    """``StatsEntry.log`` (Locust 2.47) in one function, with ``fine_bucket``: the same counts, sums,
+    extremes, per-second counts and cache, without its three method calls and ``min``/``max`` calls
+    (one per ITL gap: about a third of the entry's time, issue 25)."""
+    current_time = time.time()
+    t = int(current_time)
+    last = self.last_request_timestamp
+    if self.use_response_times_cache and last and t > int(last):
+        self._cache_response_times(t - 1)  # a copy of the histogram once a second, as Locust's
+    self.num_requests += 1
+    self.num_reqs_per_sec[t] += 1
+    self.last_request_timestamp = current_time
+    if response_time is None:
+        self.num_none_requests += 1
+    else:
+        self.total_response_time += response_time
+        low = self.min_response_time
+        if low is None or response_time < low:
+            self.min_response_time = response_time
+        if response_time > self.max_response_time:
+            self.max_response_time = response_time
+        self.response_times[fine_bucket(response_time)] += 1
+    self.total_content_length += content_length
 
 
 def _clamped(self, value):
@@ -93,6 +120,7 @@ def requests_only_total(stats) -> None:
 def install() -> None:
     """Patch ``locust.stats`` for this process (idempotent); ``uninstall`` puts Locust's back."""
     locust.stats.bucket_response_time = fine_bucket
+    locust.stats.StatsEntry.log = log
     locust.stats.StatsEntry.get_response_time_percentile = percentile
     locust.stats.StatsEntry.get_current_response_time_percentile = current_percentile
     if LOCUST_PERCENTILE_FIELDS is not None:
@@ -101,6 +129,7 @@ def install() -> None:
 
 def uninstall() -> None:
     locust.stats.bucket_response_time = LOCUST_BUCKET
+    locust.stats.StatsEntry.log = LOCUST_LOG
     locust.stats.StatsEntry.get_response_time_percentile = LOCUST_PERCENTILE
     locust.stats.StatsEntry.get_current_response_time_percentile = LOCUST_CURRENT_PERCENTILE
     if LOCUST_PERCENTILE_FIELDS is not None:

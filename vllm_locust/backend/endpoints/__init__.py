@@ -11,6 +11,7 @@ from typing import Callable
 import httpx2
 
 from ...core.stream import StreamLimits, StreamResult, read_stream
+from ..transport import raw_reads
 
 try:  # orjson serialises a body in a few microseconds; json is the fallback
     from orjson import dumps as _dumps
@@ -97,7 +98,7 @@ class Endpoint:
         response = (post_stream(self.path, content, options) if post_stream is not None else
                     client.post(self.path, content=content, options=options, cast_to=httpx2.Response, stream=True))
         try:
-            return read_stream(response, on_content, result, limits)
+            return read_stream(response, on_content, result, limits, raw_reads(response))
         finally:
             response.close()
 
