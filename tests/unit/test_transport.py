@@ -379,3 +379,39 @@ def test_raw_reads_are_iter_raws_reads_straight_from_the_body():
         with pytest.raises(httpx2.RemoteProtocolError, match="over 16 bytes"):
             list(raw_reads(response))
     server.close()
+
+
+def test_silence_before_the_headers_is_a_read_timeout_without_a_timer(monkeypatch):
+    """A server that reads the request and says nothing: ``ReadTimeout`` from the read watcher, and a
+    request on a kept-alive connection arms no gevent timer (one per request before, issue 25)."""
+    import gevent.timeout
+
+    armed = []
+    start = gevent.timeout.Timeout._start_new_or_dummy
+
+    def counting(timeout, exception=None, ref=True):
+        if timeout in (0.4, 30.0):  # the clients' (the scripted servers' own waits differ)
+            armed.append(timeout)
+        return start(timeout, exception, ref)
+
+    monkeypatch.setattr(gevent.timeout.Timeout, "_start_new_or_dummy", staticmethod(counting))
+
+    def mute(server, conn, index):
+        server.read_request(conn)
+        threading.Event().wait(5)
+
+    server = ScriptedServer(mute)
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(0.4))
+    with pytest.raises(httpx2.ReadTimeout, match="response headers"):
+        post(client, server.url)
+    server.close()
+
+    server = ScriptedServer(keep_alive)
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(30.0))
+    assert post(client, server.url)[0] == 200  # opens the connection (its connect may arm one)
+    armed.clear()
+    for _ in range(3):
+        status, reads = post(client, server.url)
+        assert status == 200 and b"".join(reads).count(b"data:") == 2
+    assert server.connections == 1 and armed == [], f"{len(armed)} timers armed for 3 requests on a kept-alive connection"
+    server.close()

@@ -51,9 +51,9 @@ def _closed_while_idle(sock: socket.socket) -> bool:
     hub, and a request's one yield before its send belongs to ``wire.WireClock`` (a wave's setups
     first, then its sends)."""
     try:
-        sock.settimeout(0.0)
-        sock.recv(1, socket.MSG_PEEK)  # returns bytes (junk) or b"" (closed): not reusable either way
-        return True
+        # The socket's own C object, not gevent's ``recv`` (which catches the EAGAIN and raises it again).
+        getattr(sock, "_sock", sock).recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        return True  # bytes (junk) or b"" (closed): not reusable either way
     except BlockingIOError:
         return False  # nothing to read: the connection is open and clean
     except (OSError, ValueError):
@@ -167,7 +167,9 @@ class LeanTransport(httpx2.BaseTransport):
 
     def _exchange(self, key, sock, request, payload: bytes, trace, timeouts: dict) -> httpx2.Response:
         parser = _ResponseParser(request.method)
+        body = _BodyStream(self, key, sock, parser, timeouts.get("read"))
         received = 0
+        watched = False
         try:
             sock.settimeout(timeouts.get("write"))
             if trace is not None:
@@ -175,9 +177,23 @@ class LeanTransport(httpx2.BaseTransport):
             sent = sock.send(payload)  # one syscall for a request that fits the socket's buffer
             if sent < len(payload):  # (gevent's ``sendall`` asks for the buffer's size first)
                 sock.sendall(memoryview(payload)[sent:])
-            sock.settimeout(timeouts.get("read"))
+            # The headers are waited for as the body is: the read watcher keeps the read timeout
+            # (a gevent timer armed and cancelled per request before), the socket is waited on, then read.
+            watched = body.watch()
+            wait, raw_recv = _waiting_reader(sock)
             while not parser.headers_complete or parser.get_code() < 200:
-                data = sock.recv(self.block_size)
+                if wait is not None:
+                    wait(sock._read_event)
+                    try:
+                        data = raw_recv(self.block_size)
+                    except BlockingIOError:
+                        continue
+                else:
+                    data = sock.recv(self.block_size)
+                if body.expired:
+                    raise httpx2.ReadTimeout("timed out waiting for the response headers")
+                if watched:
+                    body.last_read_s = time.monotonic()
                 if not data:
                     if not received:
                         raise _StaleConnection()
@@ -194,10 +210,18 @@ class LeanTransport(httpx2.BaseTransport):
             raise httpx_error(err, "the response headers") from err
         except (OSError, HTTPParseError) as err:
             sock.close()
+            if body.expired:
+                raise httpx2.ReadTimeout("timed out waiting for the response headers") from err
             raise httpx_error(err, "the response headers") from err
+        except httpx2.ReadTimeout:
+            sock.close()
+            raise
+        finally:
+            if watched:
+                _READ_WATCH.bodies.discard(body)  # the body's reads watch it again (a body never read is not watched)
         headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in parser.items()]
         return httpx2.Response(
-            parser.get_code(), headers=headers, stream=_BodyStream(self, key, sock, parser, timeouts.get("read")),
+            parser.get_code(), headers=headers, stream=body,
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": (parser.status_message or "").encode("latin-1")},
         )
 
@@ -263,6 +287,16 @@ class _BodyStream(httpx2.SyncByteStream):
         self.last_read_s = time.monotonic()
         self.expired = False
 
+    def watch(self) -> bool:
+        """Reads from now on have no socket timeout; with a read timeout, ``_READ_WATCH`` keeps it
+        (the caller discards this body from it when its reads end). Whether it is watched."""
+        self._sock.settimeout(None)
+        if self.read_timeout_s is None:
+            return False
+        self.last_read_s = time.monotonic()
+        _READ_WATCH.watch(self)
+        return True
+
     def expire(self) -> None:
         """No bytes for the read timeout (``_ReadWatch``): end the read that waits on the socket."""
         self.expired = True
@@ -293,11 +327,7 @@ class _BodyStream(httpx2.SyncByteStream):
         if body:
             yield b"".join(body)
             body.clear()
-        watched = self.read_timeout_s is not None
-        if watched:
-            sock.settimeout(None)
-            self.last_read_s = time.monotonic()
-            _READ_WATCH.watch(self)
+        watched = self.watch()
         monotonic = time.monotonic
         size = self._transport.block_size
         feed = _parser_feed(parser)
