@@ -319,3 +319,93 @@ def test_a_body_the_template_cannot_send_goes_the_sdks_way(body):
     ours.post_stream(PATH, b"{}", {"security": SECURITY}).close()
     mine, theirs = post_both(ours, sdk, server, body)
     assert mine == theirs
+
+
+# -- httpx's send in one function (``httpsend``) -----------------------------------------------------
+
+def test_templated_posts_do_not_go_through_httpx_send(monkeypatch):
+    """A templated post is sent by ``httpsend.send_stream``, not ``httpx2.Client.send`` (its auth
+    flow, nested methods and cookie extraction per request); the SDK's first post still is."""
+    sent = []  # httpx's send starts an auth flow per request, its first step
+    real = httpx2.Auth.sync_auth_flow
+    monkeypatch.setattr(httpx2.Auth, "sync_auth_flow", lambda self, request: sent.append(1) or real(self, request))
+    server = Server()
+    ours, _sdk = pair(server)
+    for _ in range(3):
+        ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}).close()
+    assert ours.templated_requests == 2 and len(server.seen) == 3
+    assert len(sent) == 1, f"httpx's send called {len(sent)} times for 1 SDK post and 2 templated ones"
+
+
+def redirecting(request: httpx2.Request) -> httpx2.Response:
+    if request.url.path.endswith("/completions") and "moved" not in request.url.path:
+        return httpx2.Response(307, headers={"location": "/v1/moved/completions"})
+    return ok()
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_a_templated_post_redirected_ends_as_the_sdks_own(follow):
+    server = Server()
+    ours, sdk = pair(server)
+    for client in (ours, sdk):
+        client._client.follow_redirects = follow
+    ours.post_stream(PATH, b"{}", {"security": SECURITY}).close()  # the template
+    server.reply = redirecting
+    seen = len(server.seen)
+    results = []
+    for call in (lambda: ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}), lambda: sdk_post(sdk, b'{"a":1}', {"security": SECURITY})):
+        try:
+            response = call()
+        except openai.APIStatusError as err:  # a 307 not followed: the SDK's status error
+            response = err.response
+        results.append((response.status_code, str(response.url), [h.status_code for h in response.history],
+                        str(response.next_request.url) if response.next_request else None,
+                        response.read() if response.status_code == 200 else b""))
+        response.close()
+    assert ours.templated_requests == 1
+    assert results[0] == results[1]
+    ours_seen, sdk_seen = server.seen[seen:seen + (len(server.seen) - seen) // 2], server.seen[seen + (len(server.seen) - seen) // 2:]
+    assert [_request_bytes(r) for r in ours_seen] == [_request_bytes(r) for r in sdk_seen]
+
+
+def test_a_cookie_a_templated_response_sets_is_kept_as_httpx_keeps_it():
+    server = Server()
+    ours, sdk = pair(server)
+    ours.post_stream(PATH, b"{}", {"security": SECURITY}).close()  # the template
+    server.reply = lambda _r: httpx2.Response(200, headers={"content-type": "text/event-stream", "set-cookie": "s=1; Path=/"},
+                                              stream=httpx2.ByteStream(SSE))
+    ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}).close()
+    sdk_post(sdk, b'{"a":1}', {"security": SECURITY}).close()
+    assert ours.templated_requests == 1
+    assert dict(ours._client.cookies) == dict(sdk._client.cookies) == {"s": "1"}
+    mine, theirs = post_both(ours, sdk, server, b'{"b":2}')  # the cookie goes back: the SDK's way again
+    assert mine == theirs and b"cookie: s=1" in mine.lower() and ours.templated_requests == 1
+
+
+def test_hooks_log_line_and_a_closed_client_are_httpx_sends(caplog):
+    import logging
+
+    calls = []
+    hooks = {"request": [lambda r: calls.append(("request", r.url.path))],
+             "response": [lambda r: calls.append(("response", r.status_code, r.request.url.path))]}
+    server = Server()
+    ours, sdk = pair(server, hooks)
+    ours.post_stream(PATH, b"{}", {"security": SECURITY}).close()
+    with caplog.at_level(logging.INFO, logger="httpx2"):
+        calls.clear()
+        ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}).close()
+        mine = (list(calls), [r.getMessage() for r in caplog.records])
+        calls.clear()
+        caplog.clear()
+        sdk_post(sdk, b'{"a":1}', {"security": SECURITY}).close()
+        theirs = (list(calls), [r.getMessage() for r in caplog.records])
+    assert ours.templated_requests == 1 and mine == theirs and mine[1]
+    response = ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY})
+    with pytest.raises(RuntimeError, match="elapsed"):  # set when the stream closes (httpx's BoundSyncStream)
+        response.elapsed
+    response.close()
+    assert response.elapsed is not None
+    ours._client.close()
+    sdk._client.close()
+    assert str(failure(lambda: ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}))) == \
+        str(failure(lambda: sdk_post(sdk, b'{"a":1}', {"security": SECURITY})))

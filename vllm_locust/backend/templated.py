@@ -25,6 +25,7 @@ import openai
 from openai._httpx2 import request_exceptions, status_exceptions, timeout_exceptions
 from openai._models import FinalRequestOptions
 
+from .httpsend import send_stream, sends_directly
 from .wire import greenlet_local
 
 # The options a template may be made for: the rest (``follow_redirects``, ``max_retries``, ...) change
@@ -121,10 +122,12 @@ class TemplatedOpenAI(openai.OpenAI):
                 self._template = _Template(self, path, options, built[1], built[2])
 
     def send_templated(self, request: httpx2.Request) -> httpx2.Response:
-        """Send through the client's httpx client (its hooks, redirects and cookie jar) and fail as the
-        SDK's ``request`` does with no retries left."""
+        """Send through the client's httpx client (its hooks, redirects and cookie jar; ``httpsend``'s
+        one function for httpx's ``send`` where it can) and fail as the SDK's ``request`` does with no
+        retries left."""
+        http = self._client
         try:
-            response = self._client.send(request, stream=True)
+            response = send_stream(http, request) if sends_directly(http, request.url) else http.send(request, stream=True)
         except timeout_exceptions() as err:
             raise openai.APITimeoutError(request=request) from err
         except openai.OpenAIError:
