@@ -90,3 +90,32 @@ def test_option_help_reads_right_in_argparse_and_the_web_form():
     assert "%" not in markdown_table()
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "%%" not in readme
+
+
+def test_the_spec_is_kept_for_the_same_option_values_and_rebuilt_when_one_changes():
+    """``workload_spec`` runs once per request: the spec built from equal values is returned as it
+    was; a changed value (a web-UI edit) builds another. ``WorkloadSpec.OPTION_NAMES`` must name every
+    option ``from_options`` reads, or a change to an unnamed one would go unseen."""
+    from vllm_locust.core.workloads import WorkloadSpec
+
+    class Reading:
+        def __init__(self, options):
+            self.options, self.read = options, set()
+
+        def __getattr__(self, name):
+            self.read.add(name)
+            return getattr(self.options, name)
+
+    reading = Reading(defaults())
+    WorkloadSpec.from_options(reading)
+    assert reading.read <= set(WorkloadSpec.OPTION_NAMES), reading.read - set(WorkloadSpec.OPTION_NAMES)
+    options = defaults(prompt_tokens=64, max_tokens=8)
+    first = workload_spec(options)
+    assert workload_spec(options) is first
+    options.max_tokens = "9"  # the web UI's string
+    assert workload_spec(options).max_tokens == 9
+    options.max_tokens = 8
+    assert workload_spec(options) == first
+    for name, value in [("seed", 7), ("prompt_pool", 5), ("workload", "shared-prefix"), ("endpoint", "completions")]:
+        changed = defaults(prompt_tokens=64, max_tokens=8, **{name: value})
+        assert workload_spec(changed) == WorkloadSpec.from_options(changed, workload_spec(changed).prompt_form) != first

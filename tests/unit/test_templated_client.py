@@ -409,3 +409,17 @@ def test_hooks_log_line_and_a_closed_client_are_httpx_sends(caplog):
     sdk._client.close()
     assert str(failure(lambda: ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}))) == \
         str(failure(lambda: sdk_post(sdk, b'{"a":1}', {"security": SECURITY})))
+
+
+def test_an_instrumented_httpx_send_sees_every_templated_post(monkeypatch):
+    """An instrumentation that wraps ``httpx2.Client.send`` (tracing, metrics) at any time still sees
+    each request: the one-function send is only for httpx's own methods."""
+    server = Server()
+    ours, _sdk = pair(server)
+    ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}).close()  # the template, before the wrap
+    sent = []
+    real = httpx2.Client.send
+    monkeypatch.setattr(httpx2.Client, "send", lambda self, *a, **kw: sent.append(1) or real(self, *a, **kw))
+    for _ in range(2):
+        ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}).close()
+    assert ours.templated_requests == 2 and len(sent) == 2

@@ -21,21 +21,24 @@ from contextlib import suppress
 import httpx2
 from httpx2._client import BoundSyncStream, ClientState, logger as httpx_logger
 
-_HTTPX_SEND = tuple(getattr(httpx2.Client, name) for name in (
-    "send", "_send_handling_auth", "_send_handling_redirects", "_send_single_request", "_build_request_auth",
-    "_transport_for_url", "_set_timeout"))
+_METHODS = ("send", "_send_handling_auth", "_send_handling_redirects", "_send_single_request", "_build_request_auth",
+            "_transport_for_url", "_set_timeout")
+_HTTPX = tuple(getattr(httpx2.Client, name) for name in _METHODS)
 
 
 def sends_directly(client, url: httpx2.URL) -> bool:
     """Whether ``client.send(request, stream=True)`` for a request to ``url`` is ``send_stream``'s
-    steps: an httpx client with httpx's own sending methods, no auth (the client's, or user info in
-    ``url``: ``BasicAuth``), open, with redirects allowed."""
+    steps: an httpx client with httpx's own sending methods (looked up each time: an instrumentation
+    may wrap them at any time), no auth (the client's, or user info in ``url``: ``BasicAuth``), open,
+    with redirects allowed."""
+    if not isinstance(client, httpx2.Client) or client._auth is not None or client._state is ClientState.CLOSED:
+        return False
     cls = type(client)
-    return (isinstance(client, httpx2.Client) and client._auth is None and client._state is not ClientState.CLOSED
-            and client.max_redirects >= 0 and not url.userinfo
-            and tuple(getattr(cls, name) for name in (
-                "send", "_send_handling_auth", "_send_handling_redirects", "_send_single_request",
-                "_build_request_auth", "_transport_for_url", "_set_timeout")) == _HTTPX_SEND)
+    send, auth, redirects, single, build_auth, transport_for, set_timeout = _HTTPX
+    return (cls.send is send and cls._send_handling_auth is auth and cls._send_handling_redirects is redirects
+            and cls._send_single_request is single and cls._build_request_auth is build_auth
+            and cls._transport_for_url is transport_for and cls._set_timeout is set_timeout
+            and client.max_redirects >= 0 and not url.userinfo)
 
 
 def send_stream(client: httpx2.Client, request: httpx2.Request) -> httpx2.Response:

@@ -72,6 +72,12 @@ class WorkloadSpec:
         if self.trace_block_tokens < 1 or self.max_turns < 0:
             raise ValueError("--trace-block-tokens must be at least 1 and --max-turns at least 0")
 
+    # Every option ``from_options`` reads: equal values make an equal spec (``plugin.options.workload_spec``
+    # keeps the specs it built by these values, and the hot path asks once per request, issue 25).
+    OPTION_NAMES = ("workload", "prompt_tokens", "max_tokens", "long_prompt_tokens", "long_fraction", "prefix_tokens",
+                    "prompt_pool", "seed", "endpoint", "no_unique_prompts", "dataset_path", "trace_block_tokens",
+                    "max_turns")
+
     @classmethod
     def from_options(cls, options, prompt_form: str = MESSAGES) -> "WorkloadSpec":
         """The workload a run's options describe (parsed flags, or the web UI's strings); the

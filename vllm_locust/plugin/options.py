@@ -195,9 +195,26 @@ def resolve_api_key(options) -> None:
             raise ValueError(f"--api-key-file {path}: {err.strerror}") from None
 
 
+_SPECS: dict[tuple, WorkloadSpec] = {}  # option values (``WorkloadSpec.OPTION_NAMES``) -> the spec built from them
+_SPECS_MAX = 64
+_UNSET = object()
+
+
 def workload_spec(options) -> WorkloadSpec:
-    """The workload the options describe (built in the core, so the backend's model check needs no plugin)."""
-    return WorkloadSpec.from_options(options, endpoint(options.endpoint).prompt_form)
+    """The workload the options describe (built in the core, so the backend's model check needs no
+    plugin). Asked once per request (``context.context_key``: a web-UI edit changes the workload): the
+    spec built from the same option values is kept, and returned as it was."""
+    values = tuple([getattr(options, name, _UNSET) for name in WorkloadSpec.OPTION_NAMES])
+    try:
+        spec = _SPECS.get(values)
+    except TypeError:  # an unhashable value (not from Locust's parser or the web form): built each time
+        return WorkloadSpec.from_options(options, endpoint(options.endpoint).prompt_form)
+    if spec is None:
+        spec = WorkloadSpec.from_options(options, endpoint(options.endpoint).prompt_form)
+        if len(_SPECS) >= _SPECS_MAX:
+            _SPECS.clear()
+        _SPECS[values] = spec
+    return spec
 
 
 def parse_steps(text: str) -> list[int]:
