@@ -119,3 +119,13 @@ def test_the_spec_is_kept_for_the_same_option_values_and_rebuilt_when_one_change
     for name, value in [("seed", 7), ("prompt_pool", 5), ("workload", "shared-prefix"), ("endpoint", "completions")]:
         changed = defaults(prompt_tokens=64, max_tokens=8, **{name: value})
         assert workload_spec(changed) == WorkloadSpec.from_options(changed, workload_spec(changed).prompt_form) != first
+
+
+def test_equal_values_of_other_types_are_not_one_spec():
+    """``1.0 == True`` in Python (one dict key), but ``from_options`` reads ``no_unique_prompts=True`` as
+    on and ``1.0`` as off: a spec kept for one is not the other's."""
+    from vllm_locust.core.workloads import WorkloadSpec
+
+    assert workload_spec(defaults(prompt_tokens=64, max_tokens=8, no_unique_prompts=True)).unique is False
+    other = defaults(prompt_tokens=64, max_tokens=8, no_unique_prompts=1.0)
+    assert workload_spec(other) == WorkloadSpec.from_options(other) and workload_spec(other).unique is True

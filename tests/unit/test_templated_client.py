@@ -423,3 +423,17 @@ def test_an_instrumented_httpx_send_sees_every_templated_post(monkeypatch):
     for _ in range(2):
         ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}).close()
     assert ours.templated_requests == 2 and len(sent) == 2
+
+
+def test_a_send_wrapped_on_the_client_itself_sees_every_templated_post():
+    """A ``send`` set on one client (a spy, ``mock.patch.object``, one client's instrumentation) is
+    called for every post, as it was before the one-function send (it saw 1 of 3)."""
+    server = Server()
+    ours, _sdk = pair(server)
+    http = ours._client
+    sent = []
+    real = http.send
+    http.send = lambda *a, **kw: sent.append(1) or real(*a, **kw)
+    for _ in range(3):
+        ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}).close()
+    assert ours.templated_requests == 2 and len(sent) == 3

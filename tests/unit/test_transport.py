@@ -415,3 +415,34 @@ def test_silence_before_the_headers_is_a_read_timeout_without_a_timer(monkeypatc
         assert status == 200 and b"".join(reads).count(b"data:") == 2
     assert server.connections == 1 and armed == [], f"{len(armed)} timers armed for 3 requests on a kept-alive connection"
     server.close()
+
+
+def _first_chunk_then_wait(split: bool):
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    def handler(server, conn, index):
+        server.read_request(conn)
+        if split:  # the first chunk in a read of its own (the body's loop), not with the headers
+            conn.sendall(head)
+            threading.Event().wait(0.2)
+            conn.sendall(b"8\r\ndata:1\r\n\r\n")
+        else:
+            conn.sendall(head + b"8\r\ndata:1\r\n\r\n")
+        threading.Event().wait(3)  # the rest does not come in time: the reader waits on the socket
+    return handler
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["chunk-with-headers", "chunk-read-alone"])
+def test_reading_on_after_the_response_was_closed_is_a_read_error(split):
+    """``response.close()`` between two reads, then the reads go on: httpx's ``ReadError`` (EBADF), as
+    gevent's own ``recv`` gave; an ``AttributeError`` or gevent's ``ConcurrentObjectUseError`` before
+    the fix (no request failure a user can read)."""
+    server = ScriptedServer(_first_chunk_then_wait(split))
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(5.0))
+    with client.stream("POST", server.url, content=b"{}") as response:
+        reads = iter(response.stream)
+        assert next(reads) == b"data:1\r\n"
+        response.close()
+        with pytest.raises(httpx2.ReadError, match="Bad file descriptor"):
+            next(reads)
+    server.close()

@@ -24,14 +24,16 @@ from httpx2._client import BoundSyncStream, ClientState, logger as httpx_logger
 _METHODS = ("send", "_send_handling_auth", "_send_handling_redirects", "_send_single_request", "_build_request_auth",
             "_transport_for_url", "_set_timeout")
 _HTTPX = tuple(getattr(httpx2.Client, name) for name in _METHODS)
+_INSTANCE_FREE = frozenset(_METHODS).isdisjoint
 
 
 def sends_directly(client, url: httpx2.URL) -> bool:
     """Whether ``client.send(request, stream=True)`` for a request to ``url`` is ``send_stream``'s
-    steps: an httpx client with httpx's own sending methods (looked up each time: an instrumentation
-    may wrap them at any time), no auth (the client's, or user info in ``url``: ``BasicAuth``), open,
+    steps: an httpx client with httpx's own sending methods, on its class and not replaced on the client
+    itself (looked up each time: an instrumentation may wrap them at any time), no auth (the client's, or user info in ``url``: ``BasicAuth``), open,
     with redirects allowed."""
-    if not isinstance(client, httpx2.Client) or client._auth is not None or client._state is ClientState.CLOSED:
+    if (not isinstance(client, httpx2.Client) or client._auth is not None or client._state is ClientState.CLOSED
+            or not _INSTANCE_FREE(vars(client))):  # a method set on this client (a spy, one client's wrapper)
         return False
     cls = type(client)
     send, auth, redirects, single, build_auth, transport_for, set_timeout = _HTTPX

@@ -16,6 +16,7 @@ request counted a success; httpx's own transport refuses past 100 KiB).
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import threading
@@ -179,11 +180,11 @@ class LeanTransport(httpx2.BaseTransport):
                 sock.sendall(memoryview(payload)[sent:])
             # The headers are waited for as the body is: the read watcher keeps the read timeout
             # (a gevent timer armed and cancelled per request before), the socket is waited on, then read.
-            watched = body.watch()
+            watched = body.watch(sock)
             wait, raw_recv = _waiting_reader(sock)
             while not parser.headers_complete or parser.get_code() < 200:
                 if wait is not None:
-                    wait(sock._read_event)
+                    wait(_read_event(sock))
                     try:
                         data = raw_recv(self.block_size)
                     except BlockingIOError:
@@ -256,6 +257,15 @@ def _waiting_reader(sock) -> tuple:
     return wait, raw.recv
 
 
+def _read_event(sock):
+    """The gevent socket's read watcher; a socket closed since (``response.close()`` between two reads)
+    has none, and reading it is the EBADF that gevent's own ``recv`` raised (httpx's ``ReadError``)."""
+    event = sock._read_event
+    if event is None:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+    return event
+
+
 def _parser_feed(parser: _ResponseParser):
     """llhttp's ``feed`` itself: ``HTTPResponse.feed``'s Python wrapper only mends a HEAD response's
     trailing bytes, and a body is never a HEAD's."""
@@ -266,7 +276,9 @@ def raw_reads(response: httpx2.Response) -> Iterator[bytes]:
     """``response.iter_raw()``: the body's reads as they return. For this transport's own body,
     straight from it (httpx's ``iter_raw`` and the client's ``BoundSyncStream`` are two generators
     and a list per read); any other stream (``bounds.CappedStream``, httpx's transport) through
-    ``iter_raw``."""
+    ``iter_raw``. What ``iter_raw`` keeps besides is not kept: ``num_bytes_downloaded`` stays 0, and
+    the response is closed by its caller (``Endpoint.stream``), not at the body's end (``elapsed``
+    is set then)."""
     stream = response.stream
     body = getattr(stream, "_stream", None)
     if (type(stream) is not BoundSyncStream or type(body) is not _BodyStream or response.is_stream_consumed
@@ -287,10 +299,11 @@ class _BodyStream(httpx2.SyncByteStream):
         self.last_read_s = time.monotonic()
         self.expired = False
 
-    def watch(self) -> bool:
-        """Reads from now on have no socket timeout; with a read timeout, ``_READ_WATCH`` keeps it
-        (the caller discards this body from it when its reads end). Whether it is watched."""
-        self._sock.settimeout(None)
+    def watch(self, sock: socket.socket) -> bool:
+        """Reads of ``sock`` (this body's) from now on have no socket timeout; with a read timeout,
+        ``_READ_WATCH`` keeps it (the caller discards this body from it when its reads end). Whether
+        it is watched."""
+        sock.settimeout(None)
         if self.read_timeout_s is None:
             return False
         self.last_read_s = time.monotonic()
@@ -327,18 +340,19 @@ class _BodyStream(httpx2.SyncByteStream):
         if body:
             yield b"".join(body)
             body.clear()
-        watched = self.watch()
         monotonic = time.monotonic
         size = self._transport.block_size
         feed = _parser_feed(parser)
         # A gevent socket (Locust's monkey-patching) is waited on before it is read: gevent's own
         # ``recv`` reads first, and between two chunks of a stream that read fails (EAGAIN) and raises,
         # a syscall and an exception per chunk (issue 25). A plain socket (tests) blocks in ``recv``.
-        wait, raw_recv = _waiting_reader(sock)
+        watched = False
         try:
+            watched = self.watch(sock)
+            wait, raw_recv = _waiting_reader(sock)
             while not parser.message_complete:
                 if wait is not None:
-                    wait(sock._read_event)
+                    wait(_read_event(sock))
                     try:
                         data = raw_recv(size)
                     except BlockingIOError:  # woken with nothing to read: wait again

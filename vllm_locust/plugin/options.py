@@ -195,7 +195,7 @@ def resolve_api_key(options) -> None:
             raise ValueError(f"--api-key-file {path}: {err.strerror}") from None
 
 
-_SPECS: dict[tuple, WorkloadSpec] = {}  # option values (``WorkloadSpec.OPTION_NAMES``) -> the spec built from them
+_SPECS: dict[tuple, WorkloadSpec] = {}  # option values (``WorkloadSpec.OPTION_NAMES``) and their types -> the spec
 _SPECS_MAX = 64
 _UNSET = object()
 
@@ -205,6 +205,7 @@ def workload_spec(options) -> WorkloadSpec:
     plugin). Asked once per request (``context.context_key``: a web-UI edit changes the workload): the
     spec built from the same option values is kept, and returned as it was."""
     values = tuple([getattr(options, name, _UNSET) for name in WorkloadSpec.OPTION_NAMES])
+    values = (values, tuple(map(type, values)))  # 1, 1.0 and True are one dict key, not one option value
     try:
         spec = _SPECS.get(values)
     except TypeError:  # an unhashable value (not from Locust's parser or the web form): built each time
