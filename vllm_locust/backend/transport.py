@@ -183,14 +183,9 @@ class LeanTransport(httpx2.BaseTransport):
             watched = body.watch(sock)
             wait, raw_recv = _waiting_reader(sock)
             while not parser.headers_complete or parser.get_code() < 200:
-                if wait is not None:
-                    wait(_read_event(sock))
-                    try:
-                        data = raw_recv(self.block_size)
-                    except BlockingIOError:
-                        continue
-                else:
-                    data = sock.recv(self.block_size)
+                data = _read_when_ready(sock, wait, raw_recv, self.block_size)
+                if data is None:
+                    continue
                 if body.expired:
                     raise httpx2.ReadTimeout("timed out waiting for the response headers")
                 if watched:
@@ -255,6 +250,18 @@ def _waiting_reader(sock) -> tuple:
     if wait is None or raw is None or getattr(sock, "_read_event", None) is None or sock.gettimeout() is not None:
         return None, None
     return wait, raw.recv
+
+
+def _read_when_ready(sock, wait, raw_recv, size: int) -> bytes | None:
+    """One read of ``sock`` with ``_waiting_reader``'s pair: wait until it is readable, then read
+    (None: woken with nothing to read); without the pair, the socket's own blocking ``recv``."""
+    if wait is None:
+        return sock.recv(size)
+    wait(_read_event(sock))
+    try:
+        return raw_recv(size)
+    except BlockingIOError:
+        return None
 
 
 def _read_event(sock):
@@ -326,14 +333,6 @@ class _BodyStream(httpx2.SyncByteStream):
     def reads(self, request: httpx2.Request | None = None) -> Iterator[bytes]:
         """The body's reads, as ``__iter__``; an httpx error raised here names ``request`` (what
         httpx's ``iter_raw`` does for the reads it passes on: ``raw_reads``)."""
-        try:
-            yield from self._reads()
-        except httpx2.RequestError as err:
-            if request is not None:
-                err.request = request
-            raise
-
-    def _reads(self) -> Iterator[bytes]:
         parser, body, sock = self._parser, self._parser.body, self._sock
         if sock is None:
             return
@@ -351,14 +350,9 @@ class _BodyStream(httpx2.SyncByteStream):
             watched = self.watch(sock)
             wait, raw_recv = _waiting_reader(sock)
             while not parser.message_complete:
-                if wait is not None:
-                    wait(_read_event(sock))
-                    try:
-                        data = raw_recv(size)
-                    except BlockingIOError:  # woken with nothing to read: wait again
-                        continue
-                else:
-                    data = sock.recv(size)
+                data = _read_when_ready(sock, wait, raw_recv, size)
+                if data is None:
+                    continue
                 if self.expired:
                     raise httpx2.ReadTimeout("timed out waiting for the body")
                 if not data:
@@ -372,11 +366,14 @@ class _BodyStream(httpx2.SyncByteStream):
                     yield chunk
         except (OSError, HTTPParseError) as err:
             self.close()
-            if self.expired:
-                raise httpx2.ReadTimeout("timed out waiting for the body") from err
-            raise httpx_error(err, "the body") from err
-        except httpx2.TransportError:
+            error = httpx2.ReadTimeout("timed out waiting for the body") if self.expired else httpx_error(err, "the body")
+            if request is not None:
+                error.request = request
+            raise error from err
+        except httpx2.TransportError as err:
             self.close()
+            if request is not None:
+                err.request = request
             raise
         finally:
             if watched:
