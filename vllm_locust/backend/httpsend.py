@@ -30,8 +30,8 @@ _INSTANCE_FREE = frozenset(_METHODS).isdisjoint
 def sends_directly(client, url: httpx2.URL) -> bool:
     """Whether ``client.send(request, stream=True)`` for a request to ``url`` is ``send_stream``'s
     steps: an httpx client with httpx's own sending methods, on its class and not replaced on the client
-    itself (looked up each time: an instrumentation may wrap them at any time), no auth (the client's, or user info in ``url``: ``BasicAuth``), open,
-    with redirects allowed."""
+    itself (looked up each time: an instrumentation may wrap them at any time), no auth (the client's,
+    or user info in ``url``: ``BasicAuth``), open, with redirects allowed."""
     if (not isinstance(client, httpx2.Client) or client._auth is not None or client._state is ClientState.CLOSED
             or not _INSTANCE_FREE(vars(client))):  # a method set on this client (a spy, one client's wrapper)
         return False

@@ -127,7 +127,10 @@ class TemplatedOpenAI(openai.OpenAI):
         retries left."""
         http = self._client
         try:
-            response = send_stream(http, request) if sends_directly(http, request.url) else http.send(request, stream=True)
+            if sends_directly(http, request.url):
+                response = send_stream(http, request)
+            else:
+                response = http.send(request, stream=True)
         except timeout_exceptions() as err:
             raise openai.APITimeoutError(request=request) from err
         except openai.OpenAIError:

@@ -366,7 +366,10 @@ class _BodyStream(httpx2.SyncByteStream):
                     yield chunk
         except (OSError, HTTPParseError) as err:
             self.close()
-            error = httpx2.ReadTimeout("timed out waiting for the body") if self.expired else httpx_error(err, "the body")
+            if self.expired:
+                error = httpx2.ReadTimeout("timed out waiting for the body")
+            else:
+                error = httpx_error(err, "the body")
             if request is not None:
                 error.request = request
             raise error from err
