@@ -140,13 +140,15 @@ def test_broken_responses_are_httpx_errors(script, error, text):
     server.close()
 
 
-def test_silence_after_the_headers_is_a_read_timeout():
-    def stall(server, conn, index):
-        server.read_request(conn)
-        conn.sendall(CHUNKED_OK[:90])
-        threading.Event().wait(5)
+def stall_after_headers(server, conn, index):
+    """The response's headers and part of its first chunk, then silence."""
+    server.read_request(conn)
+    conn.sendall(CHUNKED_OK[:90])
+    threading.Event().wait(5)
 
-    server = ScriptedServer(stall)
+
+def test_silence_after_the_headers_is_a_read_timeout():
+    server = ScriptedServer(stall_after_headers)
     client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(0.3))
     with pytest.raises(httpx2.ReadTimeout):
         post(client, server.url)
@@ -356,12 +358,7 @@ def test_raw_reads_are_iter_raws_reads_straight_from_the_body():
             next(response.iter_raw())
     server.close()
 
-    def stall(server, conn, index):
-        server.read_request(conn)
-        conn.sendall(CHUNKED_OK[:90])
-        threading.Event().wait(5)
-
-    server = ScriptedServer(stall)
+    server = ScriptedServer(stall_after_headers)
     client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(0.3))
     with client.stream("POST", server.url, json={"x": 1}) as response:
         with pytest.raises(httpx2.ReadTimeout) as raised:
