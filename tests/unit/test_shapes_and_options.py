@@ -129,3 +129,22 @@ def test_equal_values_of_other_types_are_not_one_spec():
     assert workload_spec(defaults(prompt_tokens=64, max_tokens=8, no_unique_prompts=True)).unique is False
     other = defaults(prompt_tokens=64, max_tokens=8, no_unique_prompts=1.0)
     assert workload_spec(other) == WorkloadSpec.from_options(other) and workload_spec(other).unique is True
+
+
+def test_parsed_options_and_a_persona_view_of_them_are_one_spec():
+    """Locust's parsed options (an ``argparse.Namespace``) are keyed by their dict's values, in C; a
+    persona's view by ``getattr``: the same values are the same spec, and an option absent from the
+    namespace is not one set to None."""
+    from types import SimpleNamespace
+
+    from vllm_locust.plugin.personas import OptionsView
+
+    options = defaults(prompt_tokens=64, max_tokens=8)
+    view = OptionsView(SimpleNamespace(parsed_options=options), {})
+    assert workload_spec(view) is workload_spec(options)
+    assert workload_spec(OptionsView(SimpleNamespace(parsed_options=options), {"seed": 11})).seed == 11
+    absent = defaults(prompt_tokens=64, max_tokens=8)
+    del absent.max_tokens  # from_options reads it with getattr(..., None): the value None, not "unset"
+    set_none = defaults(prompt_tokens=64, max_tokens=None)
+    assert workload_spec(absent) == workload_spec(set_none)
+    assert workload_spec(absent) is not workload_spec(set_none), "an absent option is its own key"

@@ -437,3 +437,43 @@ def test_a_send_wrapped_on_the_client_itself_sees_every_templated_post():
     for _ in range(3):
         ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}).close()
     assert ours.templated_requests == 2 and len(sent) == 3
+
+
+# -- the template's request without httpx's constructor (issue 25, sixth part) ----------------------
+
+def test_a_templated_request_is_what_httpxs_constructor_makes():
+    """``_Template.request`` sets a request's attributes without ``httpx2.Request.__init__``: the
+    same attributes, method, URL, headers (their encoding, ``Content-Length`` last), body and a copy
+    of the extensions as the constructor with ``stream=`` and the body read."""
+    server = Server()
+    ours, _sdk = pair(server)
+    ours.post_stream(PATH, b'{"a":1}', {"security": SECURITY}).close()
+    template = ours._template
+    for body in (b'{"b":2}', b"x" * 70000):
+        made = template.request(body)
+        headers = httpx2.Headers(template.headers, encoding=template.headers.encoding)
+        headers["Content-Length"] = str(len(body))
+        stock = httpx2.Request(template.method, template.url, headers=headers, stream=httpx2.ByteStream(body),
+                               extensions=dict(template.extensions))
+        stock.read()
+        assert sorted(vars(made)) == sorted(vars(stock))
+        assert (made.method, made.url, made.headers.raw, made.headers.encoding, made.content, made.extensions) == (
+            stock.method, stock.url, stock.headers.raw, stock.headers.encoding, stock.content, stock.extensions)
+        assert made.headers.raw[-1] == (b"Content-Length", str(len(body)).encode())
+        assert made.extensions is not template.extensions and list(made.stream) == [body]
+    first, second = template.request(b"1"), template.request(b"22")
+    first.headers["X-Hook"] = "one"  # a request hook's change stays on its own request
+    assert "x-hook" not in second.headers and "x-hook" not in template.headers
+
+
+def test_a_jar_that_held_cookies_is_asked_as_httpx_asks_it():
+    """``_has_cookies`` answers an empty jar without iterating it; a jar that held a cookie (emptied
+    since, its domain's dict left behind) is asked the long way and templates again once empty."""
+    from vllm_locust.backend.templated import _has_cookies
+
+    http = httpx2.Client()
+    assert not _has_cookies(http)
+    http.cookies.set("k", "v", domain="example.org")
+    assert _has_cookies(http)
+    http.cookies.delete("k", domain="example.org")
+    assert http.cookies.jar._cookies and not _has_cookies(http)  # a domain left, no cookie: none

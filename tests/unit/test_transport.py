@@ -155,19 +155,39 @@ def test_silence_after_the_headers_is_a_read_timeout():
     server.close()
 
 
-def test_a_forked_worker_starts_its_own_read_watcher(monkeypatch):
-    """A process forked from one whose watcher ran (``--processes``) has no such thread: silence
-    there must still time out."""
+def test_a_forked_worker_starts_its_own_read_watcher():
+    """A process forked from one whose watcher ran (``--processes``) has no such thread, nor the
+    parent's bodies to watch (it would shut down the parent's sockets): silence there must still
+    time out. A real fork; the child's exit code is the verdict."""
+    import time
+
     from vllm_locust.backend import transport
 
-    watch = transport._ReadWatch()
-    watch.watch(transport._BodyStream(None, (), None, None, 1.0))  # the parent's watcher
-    parents = watch.thread
-    monkeypatch.setattr(watch, "pid", -1)  # as a forked child sees it
-    monkeypatch.setattr(transport, "_READ_WATCH", watch)
-    watch.bodies.clear()
-    test_silence_after_the_headers_is_a_read_timeout()
-    assert watch.thread is not parents and watch.pid == os.getpid()
+    transport._READ_WATCH.watch(transport._BodyStream(None, (), None, None, 60.0))  # the parent's watcher, a body
+    assert transport._READ_WATCH.thread is not None and transport._READ_WATCH.bodies
+    server = ScriptedServer(stall_after_headers)
+    pid = os.fork()
+    if pid == 0:  # the child: 0 = a fresh watcher timed the silence out
+        code = 1
+        try:
+            if transport._READ_WATCH.thread is not None or transport._READ_WATCH.bodies:
+                code = 3  # the parent's (dead) thread or bodies
+            else:
+                try:
+                    post(httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(0.3)), server.url)
+                except httpx2.ReadTimeout:
+                    code = 0 if transport._READ_WATCH.thread is not None else 4
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    transport._READ_WATCH.bodies.clear()
+    server.close()
+    assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, done
 
 
 def test_refused_connection_is_a_connect_error():
@@ -442,4 +462,130 @@ def test_reading_on_after_the_response_was_closed_is_a_read_error(split):
         response.close()
         with pytest.raises(httpx2.ReadError, match="Bad file descriptor"):
             next(reads)
+    server.close()
+
+
+# -- the head of a response and of a request, each made once (issue 25, sixth part) ------------------
+
+ODD_HEAD = (b"HTTP/1.1 200 Fine Thanks\r\nX-A: 1\r\nX-B:  two \t \r\nx-a: 3\r\nX-Empty:\r\nX-Latin: caf\xe9\r\n"
+            b"X-Utf: caf\xc3\xa9\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+PLAIN_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+BODY = b"8\r\ndata:1\r\n\r\n" b"8\r\ndata:2\r\n\r\n" b"0\r\n\r\n"
+
+
+def answering(response: bytes):
+    def script(server, conn, index):
+        while server.read_request(conn):
+            conn.sendall(response)
+    return script
+
+
+def seen_through(transport, url: str, method: str = "POST") -> tuple:
+    """What a client reads of one response: status, reason, raw headers and their encoding, body."""
+    client = httpx2.Client(transport=transport)
+    with client.stream(method, url, content=b"{}" if method == "POST" else None) as response:
+        return (response.status_code, response.reason_phrase, response.headers.raw, response.headers.encoding,
+                b"".join(response.iter_raw()))
+
+
+@pytest.mark.parametrize("response", [
+    PLAIN_HEAD + BODY,
+    ODD_HEAD + BODY,  # repeated names apart, an empty value, whitespace after a value, latin-1 and UTF-8 bytes
+    b"HTTP/1.1 100 Continue\r\nX-Interim: yes\r\n\r\n" + ODD_HEAD + BODY,  # an interim response first
+    b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"e\":\"no\"}\n",
+], ids=["plain", "odd", "interim", "404"])
+@pytest.mark.parametrize("block", [65536, 5], ids=["one-read", "5-byte-reads"])
+def test_a_response_reads_as_httpxs_own_transport_reads_it(response, block, monkeypatch):
+    """The lean transport's headers come from llhttp's lists in C (``_ResponseParser.head``); a
+    head read in pieces is parsed again whole (5-byte reads: every name and value split). Compared
+    with httpx's own transport (h11) on the same bytes: the same status, reason, headers in wire
+    order (geventhttpclient's grouped a repeated name), encoding and body."""
+    from vllm_locust.backend import transport
+
+    parsed_whole = []
+    real = transport._parsed_whole
+    monkeypatch.setattr(transport, "_parsed_whole", lambda *a: parsed_whole.append(1) or real(*a))
+    server = ScriptedServer(answering(response))
+    lean = seen_through(LeanTransport(block_size=block), server.url)
+    assert lean == seen_through(httpx2.HTTPTransport(), server.url)
+    assert len(parsed_whole) == (block == 5)
+    server.close()
+
+
+def test_a_head_fed_in_pieces_is_split_and_parsed_again_whole():
+    """llhttp hands a name or value cut by the end of a read over in two pieces: the lists no longer
+    pair up, so a head that took several reads is parsed again in one piece."""
+    from vllm_locust.backend.transport import _parsed_whole, _ResponseParser
+
+    pieces = [ODD_HEAD[i:i + 3] for i in range(0, len(ODD_HEAD), 3)]
+    split = _ResponseParser("POST")
+    for piece in pieces:
+        split.feed(piece)
+    whole = _ResponseParser("POST")
+    whole.feed(ODD_HEAD)
+    assert len(split.names) > len(whole.names) == 8
+    status, headers = _parsed_whole("POST", pieces).head()
+    assert (status, headers.raw) == (whole.head()[0], whole.head()[1].raw)
+    assert headers.raw[1] == (b"X-B", b"two") and headers.raw[4] == (b"X-Latin", b"caf\xe9")
+    assert headers.encoding == "iso-8859-1" and _ResponseParser("POST").head()[1].raw == []
+
+
+def test_a_request_head_is_made_again_only_when_it_changes():
+    """``LeanTransport._request_head`` keeps a request's lines but the last; any change (a header a
+    hook set, another URL or method, the last header's value) is on the wire as
+    ``_request_bytes`` makes it."""
+    from vllm_locust.backend.transport import _request_bytes
+
+    transport = LeanTransport()
+    url = httpx2.URL("http://127.0.0.1:9/v1/chat/completions")
+    headers = httpx2.Headers({"Host": "127.0.0.1:9", "Authorization": "Bearer k", "Content-Length": "2"})
+
+    def wire(request):
+        return transport._request_head(request) + request.read()
+
+    first = httpx2.Request("POST", url, headers=headers, content=b"{}")
+    first.url = url  # a template's requests share one URL object
+    assert wire(first) == _request_bytes(first)
+    kept = transport._head
+    again = httpx2.Request("POST", url, headers=headers, content=b"{}")
+    again.url = url
+    assert wire(again) == _request_bytes(again) and transport._head is kept
+    longer_headers = httpx2.Headers(headers)
+    longer_headers["Content-Length"] = "3"
+    longer = httpx2.Request("POST", url, headers=longer_headers, content=b"{1}")
+    longer.url = url
+    assert wire(longer) == _request_bytes(longer) and transport._head is kept
+    hooked = httpx2.Request("POST", url, headers=headers, content=b"{}")
+    hooked.url = url
+    hooked.headers["Authorization"] = "Bearer other"  # a request hook's change
+    changed = [hooked, httpx2.Request("PUT", url, headers=headers, content=b"{}"),
+               httpx2.Request("POST", "http://127.0.0.1:9/v1/completions", headers=headers, content=b"{}"),
+               httpx2.Request("GET", url), httpx2.Request("GET", url, headers={"Accept": "*/*"})]
+    changed[-1].headers._list.clear()
+    for request in changed:
+        assert wire(request) == _request_bytes(request)
+    assert b"Bearer other" in wire(hooked) and wire(changed[-1]).endswith(b" HTTP/1.1\r\n\r\n")
+
+
+def test_closing_a_lean_response_is_httpxs_close():
+    """``close_response``: this transport's body closed without httpx's context manager, as httpx's
+    ``close`` leaves it (closed, ``elapsed`` set, an abandoned body's connection closed); any other
+    response through httpx's own ``close``."""
+    from vllm_locust.backend.transport import close_response
+
+    server = ScriptedServer(keep_alive)
+    transport = LeanTransport()
+    client = httpx2.Client(transport=transport)
+    for read, idle in ((True, 1), (False, 0)):
+        response = client.send(client.build_request("POST", server.url, content=b"{}"), stream=True)
+        if read:
+            list(response.iter_raw())
+        close_response(response)
+        close_response(response)  # a second close does nothing
+        assert response.is_closed and response.elapsed.total_seconds() > 0
+        assert len(transport._idle) == idle, "a read body's connection is kept, an abandoned one's closed"
+    assert post(client, server.url)[0] == 200 and server.connections == 2
+    other = httpx2.Response(200, stream=httpx2.ByteStream(b"x"))
+    close_response(other)
+    assert other.is_closed
     server.close()

@@ -115,3 +115,24 @@ def test_impossible_lengths_say_why():
         ExactBuilder(WordCounter(), TEXT).build(["w"] * 10, 500)
     with pytest.raises(ValueError, match="--workload"):
         WorkloadSpec(name="bursty")
+
+
+def test_a_tag_is_its_digits_in_the_atoms_whatever_was_made_before(counter):
+    """``Workload.tag`` keeps the worker's and run's words per process: every tag is still the lead
+    atom, then the sequence's, worker's and run's digits in base ``len(atoms)``, least significant first."""
+    from vllm_locust.core.sources.records import RUN_DIGITS, SEQUENCE_DIGITS, WORKER_DIGITS, _TAG_TAILS
+
+    workload = build_workload(WorkloadSpec(name="fixed", prompt_tokens=60, pool=2), counter)
+    atoms, base = workload.atoms, len(workload.atoms)
+
+    def digits(value, width):
+        return [(value // base ** i) % base for i in range(width)]
+
+    _TAG_TAILS.clear()
+    for run, worker, sequence in [(0, 0, 0), (5, 1, 1), (5, 1, 2), (5, 2, 2), (9, 1, 2), (3, 40, 12345), (3, 40, base ** 4 + 1)]:
+        expected = [atoms[0]] + [atoms[d] for d in digits(sequence, SEQUENCE_DIGITS) + digits(worker, WORKER_DIGITS)
+                                 + digits(run, RUN_DIGITS)]
+        assert workload.tag(run, worker, sequence) == " ".join(expected)
+    for i in range(70):  # more processes' tails than it keeps: it starts again, still right
+        assert workload.tag(i, i, 3).split()[-3:] == [atoms[d] for d in digits(i, WORKER_DIGITS) + digits(i, RUN_DIGITS)]
+    assert len(_TAG_TAILS) <= 64

@@ -10,6 +10,8 @@ transport), and ``get``/``post`` for the plain ``requests`` calls (``/v1/models`
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import httpx2
 import requests
 
@@ -53,13 +55,18 @@ class CappedStream(httpx2.SyncByteStream):
         self._stream.close()
 
 
+_lowered_name = itemgetter(1)
+
+
 def guard_response(response: httpx2.Response, max_body_bytes: int = MAX_BODY_BYTES) -> None:
     """httpx response hook (headers in, body not yet read): refuse an encoding that is not identity;
     cap a body that is not an event stream (an event stream is bounded by the SSE decoder)."""
-    reason = refused_encoding(response.headers)
+    headers = response.headers
+    names = set(map(_lowered_name, headers._list))  # httpx's (name, lowered name, value): one lookup less each
+    reason = refused_encoding(headers) if b"content-encoding" in names else None
     if reason is not None:
         raise httpx2.RemoteProtocolError(reason.removeprefix("bad response: "), request=response.request)
-    if not response.headers.get("content-type", "").startswith("text/event-stream"):
+    if b"content-type" not in names or not headers["content-type"].startswith("text/event-stream"):
         response.stream = CappedStream(response.stream, max_body_bytes)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import suppress
+from operator import itemgetter
 
 import httpx2
 from httpx2._client import BoundSyncStream, ClientState, logger as httpx_logger
@@ -25,6 +26,11 @@ _METHODS = ("send", "_send_handling_auth", "_send_handling_redirects", "_send_si
             "_transport_for_url", "_set_timeout")
 _HTTPX = tuple(getattr(httpx2.Client, name) for name in _METHODS)
 _INSTANCE_FREE = frozenset(_METHODS).isdisjoint
+# The cookie jar's headers and the redirect statuses (``Response.has_redirect_location``'s), checked
+# on httpx's lowered header names and on the status number before httpx's own lookups.
+_COOKIE_HEADERS = frozenset({b"set-cookie", b"set-cookie2"})
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_lowered_name = itemgetter(1)  # of httpx's (name, lowered name, value) header triples
 
 
 def sends_directly(client, url: httpx2.URL) -> bool:
@@ -59,8 +65,7 @@ def send_stream(client: httpx2.Client, request: httpx2.Request) -> httpx2.Respon
         raise
     response.request = request
     response.stream = BoundSyncStream(response.stream, start=start)
-    headers = response.headers
-    if "set-cookie" in headers or "set-cookie2" in headers:  # the jar's extraction finds nothing else
+    if not _COOKIE_HEADERS.isdisjoint(map(_lowered_name, response.headers._list)):  # nothing else is extracted
         client.cookies.extract_cookies(response)
     response.default_encoding = client._default_encoding
     if httpx_logger.isEnabledFor(logging.INFO):
@@ -70,7 +75,7 @@ def send_stream(client: httpx2.Client, request: httpx2.Request) -> httpx2.Respon
         for hook in client._event_hooks["response"]:
             hook(response)
         response.history = []
-        if not response.has_redirect_location:
+        if response.status_code not in _REDIRECT_STATUSES or not response.has_redirect_location:
             return response
         if client.follow_redirects:
             redirect = client._build_redirect_request(request, response)

@@ -37,7 +37,7 @@ class _Template:
     """A request the SDK built, and what it was built from."""
 
     __slots__ = ("path", "options", "api_key", "base_url", "timeout", "organization", "project", "method", "url",
-                 "headers", "extensions")
+                 "headers", "fields", "extensions")
 
     def __init__(self, client: "TemplatedOpenAI", path: str, options: dict, request: httpx2.Request,
                  extensions: dict):
@@ -49,6 +49,7 @@ class _Template:
         headers = httpx2.Headers(request.headers, encoding=request.headers.encoding)
         headers.pop("content-length", None)  # the body's own, set again for each body
         self.headers, self.extensions = headers, extensions
+        self.fields = tuple(headers._list)  # httpx's (name, lowered name, value) triples, the body's length left out
 
     @staticmethod
     def usable(request: httpx2.Request) -> bool:
@@ -61,20 +62,34 @@ class _Template:
         An empty body goes the SDK's way: httpx puts its ``Content-Length: 0`` right after ``Host``."""
         return (self.path == path and type(content) is bytes and content and self.options == options
                 and self.base_url is client._base_url and self.api_key == client.api_key
-                and self.timeout is client.timeout and client.max_retries == 0 and not client._client.cookies
+                and self.timeout is client.timeout and client.max_retries == 0 and not _has_cookies(client._client)
                 and self.organization == client.organization and self.project == client.project)
 
     def request(self, content: bytes) -> httpx2.Request:
-        """The template's request with this body: its headers (``Host`` included, the encoding known)
-        with the body's ``Content-Length`` where httpx puts it, and the body as a ``ByteStream``
-        (``httpx2.Request(content=...)`` would encode the body and look for each default header
-        again). A copy of the extensions: the request hook adds the wire stamp to each request's own."""
-        headers = httpx2.Headers(self.headers, encoding=self.headers.encoding)
-        headers["Content-Length"] = str(len(content))  # last, as httpx puts it (``usable``)
-        request = httpx2.Request(self.method, self.url, headers=headers, stream=httpx2.ByteStream(content),
-                                 extensions=dict(self.extensions))
+        """The template's request with this body: what ``httpx2.Request(method, url, headers=...,
+        stream=httpx2.ByteStream(content), extensions=...)`` makes, its body read, made without the
+        constructor's steps (each header normalised and the URL parsed again, for the same headers
+        and URL each time): the template's URL (httpx's are immutable), its headers (``Host``
+        included, the encoding known) with the body's ``Content-Length`` last, where httpx puts it
+        (``usable``), and a copy of the extensions (the request hook adds the wire stamp to each
+        request's own). ``tests/unit/test_templated_client.py`` holds it to the constructor's."""
+        headers = httpx2.Headers(encoding=self.headers.encoding)
+        headers._list = [*self.fields, (b"Content-Length", b"content-length", b"%d" % len(content))]
+        request = _new_request()
+        request.method, request.url, request.headers = self.method, self.url, headers
+        request.extensions, request.stream = dict(self.extensions), httpx2.ByteStream(content)
         request._content = content  # read, as ``content=`` leaves it
         return request
+
+
+def _new_request() -> httpx2.Request:
+    return httpx2.Request.__new__(httpx2.Request)
+
+
+def _has_cookies(http: httpx2.Client) -> bool:
+    """``bool(http.cookies)``; a jar that never held a cookie (its domains' dict is empty: the
+    standard library's ``CookieJar``) answers without iterating (two generators per request)."""
+    return bool(getattr(http._cookies.jar, "_cookies", True)) and bool(http.cookies)
 
 
 class TemplatedOpenAI(openai.OpenAI):
@@ -137,6 +152,8 @@ class TemplatedOpenAI(openai.OpenAI):
             raise
         except request_exceptions() as err:
             raise openai.APIConnectionError(request=request) from err
+        if 200 <= response.status_code <= 299:  # ``raise_for_status``'s success, without its lookups
+            return response
         try:
             response.raise_for_status()
         except status_exceptions() as err:  # 4xx and 5xx

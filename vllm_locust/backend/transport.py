@@ -25,7 +25,7 @@ from typing import Iterator
 
 import httpx2
 from geventhttpclient._parser import HTTPResponseParser
-from geventhttpclient.response import HTTPParseError, HTTPResponse
+from geventhttpclient.response import HTTPParseError, HTTPProtocolViolationError, HTTPResponse
 from httpx2._client import BoundSyncStream
 
 from .wire import WireClock
@@ -35,14 +35,65 @@ MAX_HEADER_BYTES = 65536  # all of a response's header bytes; vLLM sends a few h
 
 
 class _ResponseParser(HTTPResponse):
-    """llhttp's parser with the body handed over as it is parsed, not accumulated."""
+    """llhttp's parser (``geventhttpclient``'s) handing over what it parses in lists, each filled by a
+    ``list.append`` given to llhttp as the callback (C: no Python call per header or per piece of the
+    body; geventhttpclient's callbacks were 4 Python calls per header): the status text's pieces, the
+    header names and values (latin-1 text of the wire's bytes), and the body as it is parsed, not
+    accumulated. llhttp hands a name or a value over in two pieces when a read ends inside it: the
+    lists pair up only for a head parsed in one ``feed`` (``LeanTransport._exchange`` parses a head
+    that took several reads again, in one piece). A final response after an interim 1xx starts the
+    lists again. What ``HTTPResponse``'s own ``feed`` and ``should_close`` read is kept as it keeps it."""
 
-    def __init__(self, method: str):
-        super().__init__(method=method)
-        self.body: list[bytes] = []
+    def __init__(self, method: str):  # not ``HTTPResponse.__init__``: its header index is not used
+        self.method = method.upper()
+        self.headers_complete = self.message_begun = self.message_complete = False
+        self._message_ended_in_skip_body = self._trailing_data_dropped = False
+        self.status: list[str] = []
+        self.names: list[str] = []
+        self.values: list[str] = []
+        self.body: list[bytearray] = []  # llhttp's copies of each piece (a new bytearray each)
+        self._on_status, self._on_header_field = self.status.append, self.names.append
+        self._on_header_value, self._on_body = self.values.append, self.body.append
 
-    def _on_body(self, buf) -> None:
-        self.body.append(bytes(buf))  # llhttp reuses its buffer
+    def _on_message_begin(self) -> None:
+        if self.message_begun and not self.message_complete:
+            raise HTTPProtocolViolationError(f"a new response began before the end of {self.get_code()}")
+        if self.message_complete:  # the final response after an interim 1xx, on the same parser
+            self.headers_complete = self.message_complete = False
+            del self.status[:], self.names[:], self.values[:]
+        self.message_begun = True
+
+    def _on_headers_complete(self) -> bool:
+        self.headers_complete = True
+        if self.method == "HEAD":  # the message ends with its headers (``HTTPResponse.feed`` reads this)
+            self._message_ended_in_skip_body = True
+            return True
+        return False
+
+    def head(self) -> tuple[str, httpx2.Headers]:
+        """The status text and the headers, as httpx's ``Headers`` (its ``(name, lowered name, value)``
+        triples set as ``httpx2.Headers(pairs)`` makes them, without a call per header). Headers all
+        ASCII have the encoding ``Headers.encoding`` would find, without its decoding of each name and
+        value at the first lookup (any other is left to it)."""
+        names, values = self.names, self.values
+        value_text = "\0".join(values)
+        if " \0" in value_text or "\t\0" in value_text or value_text.endswith((" ", "\t")):
+            # Whitespace after a value is not the value's (RFC 9110 5.5; llhttp passes it on, h11 and
+            # so httpx's own transport strip it)
+            values = [value.rstrip(" \t") for value in values]
+            value_text = "\0".join(values)
+        # Each list as one piece of text, encoded and split again (NUL is in no name or value llhttp
+        # passes; the lengths are checked all the same): the wire's bytes, in C.
+        name_bytes = "\0".join(names).encode("latin-1")
+        value_bytes = value_text.encode("latin-1")
+        raw_names, raw_values = name_bytes.split(b"\0"), value_bytes.split(b"\0")
+        if names and len(raw_names) == len(names) and len(raw_values) == len(values):
+            fields = list(zip(raw_names, name_bytes.lower().split(b"\0"), raw_values))
+        else:
+            fields = [(n.encode("latin-1"), n.encode("latin-1").lower(), v.encode("latin-1")) for n, v in zip(names, values)]
+        headers = httpx2.Headers(encoding="ascii" if name_bytes.isascii() and value_bytes.isascii() else None)
+        headers._list = fields
+        return "".join(self.status), headers
 
 
 def _closed_while_idle(sock: socket.socket) -> bool:
@@ -74,15 +125,20 @@ class _ReadWatch:
     def __init__(self):
         self.bodies: set[_BodyStream] = set()
         self.thread: threading.Thread | None = None
-        self.pid = 0  # the process the thread runs in (a forked worker has none)
+        # A forked process (``--processes``) has no such thread, nor the parent's bodies to watch: told
+        # by the fork itself, not by ``os.getpid()`` per body (a system call, twice per request).
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self.thread = None
+        self.bodies = set()
 
     def watch(self, body: "_BodyStream") -> None:
         self.bodies.add(body)
         # Not ``thread.is_alive()`` each time: under gevent it takes a lock (2% of a short request's CPU).
-        if self.pid != os.getpid() or self.thread is None:
+        if self.thread is None:
             self.thread = threading.Thread(target=self._run, name="read-timeouts", daemon=True)
             self.thread.start()
-            self.pid = os.getpid()
 
     def _run(self) -> None:
         try:
@@ -113,6 +169,8 @@ class LeanTransport(httpx2.BaseTransport):
         self.block_size = block_size
         self.max_header_bytes = max_header_bytes
         self._idle: list[tuple[tuple, socket.socket]] = []
+        self._route: tuple | None = None  # (url, connection key) of the last request
+        self._head: tuple | None = None  # (url, method, header fields but the last, their bytes): ``_request_head``
 
     # -- connections --------------------------------------------------------------------------------
     def _take_idle(self, key: tuple) -> socket.socket | None:
@@ -144,14 +202,31 @@ class LeanTransport(httpx2.BaseTransport):
         while self._idle:
             self._idle.pop()[1].close()
 
+    def _request_head(self, request: httpx2.Request) -> bytes:
+        """``_request_bytes``'s head, blank line included. A user's requests repeat their method, URL
+        and headers but for the last (a templated post's ``Content-Length``): those lines are kept as
+        bytes and reused while they are the same (17 header lines joined again per request before)."""
+        fields = request.headers._list  # httpx's (name, lowered name, value)
+        if not fields:
+            return _head_bytes(request.method, request.url, ()) + b"\r\n\r\n"
+        head, kept = self._head, fields[:-1]
+        if head is None or head[0] is not request.url or head[1] != request.method or head[2] != kept:
+            head = self._head = (request.url, request.method, kept,
+                                 _head_bytes(request.method, request.url, [(f[0], f[2]) for f in kept]))
+        name, _, value = fields[-1]
+        return head[3] + b"\r\n" + name + b": " + value + b"\r\n\r\n"
+
     # -- one exchange -------------------------------------------------------------------------------
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url
-        if url.scheme != "http":
-            raise httpx2.UnsupportedProtocol(f"LeanTransport speaks plain http, not {url.scheme}")
-        key = (url.scheme, url.host, url.port or 80)
+        route = self._route
+        if route is None or route[0] is not url:  # a user's requests share their template's URL (immutable)
+            if url.scheme != "http":
+                raise httpx2.UnsupportedProtocol(f"LeanTransport speaks plain http, not {url.scheme}")
+            route = self._route = (url, (url.scheme, url.host, url.port or 80))
+        key = route[1]
         timeouts = request.extensions.get("timeout", {})
-        payload = _request_bytes(request)
+        payload = self._request_head(request) + request.read()
         trace = request.extensions.get("trace")
         sock = self._take_idle(key)
         if sock is not None:
@@ -170,6 +245,7 @@ class LeanTransport(httpx2.BaseTransport):
         parser = _ResponseParser(request.method)
         body = _BodyStream(self, key, sock, parser, timeouts.get("read"))
         received = 0
+        reads: list[bytes] = []  # the head's (``_ResponseParser``: a head parsed in pieces is parsed again whole)
         watched = False
         try:
             sock.settimeout(timeouts.get("write"))
@@ -195,6 +271,7 @@ class LeanTransport(httpx2.BaseTransport):
                         raise _StaleConnection()
                     raise httpx2.RemoteProtocolError("server closed the connection before the response headers ended")
                 received += len(data)
+                reads.append(data)
                 parser.feed(data)
                 if received > self.max_header_bytes and not (parser.headers_complete and parser.get_code() >= 200):
                     sock.close()
@@ -215,11 +292,19 @@ class LeanTransport(httpx2.BaseTransport):
         finally:
             if watched:
                 _READ_WATCH.bodies.discard(body)  # the body's reads watch it again (a body never read is not watched)
-        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in parser.items()]
-        return httpx2.Response(
-            parser.get_code(), headers=headers, stream=body,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": (parser.status_message or "").encode("latin-1")},
-        )
+        status, headers = (parser if len(reads) == 1 else _parsed_whole(request.method, reads)).head()
+        response = httpx2.Response(parser.get_code(), stream=body,
+                                   extensions={"http_version": b"HTTP/1.1", "reason_phrase": status.encode("latin-1")})
+        response.headers = headers  # as ``headers=`` would copy them, their encoding kept
+        return response
+
+
+def _parsed_whole(method: str, reads: list[bytes]) -> _ResponseParser:
+    """A head that came in several reads, parsed again in one piece (its names and values whole:
+    ``_ResponseParser``); the bytes after it, parsed here too, are the body's parser's to hand over."""
+    parser = _ResponseParser(method)
+    parser.feed(b"".join(reads))
+    return parser
 
 
 def httpx_error(err: Exception, part: str) -> httpx2.TransportError:
@@ -236,10 +321,15 @@ class _StaleConnection(Exception):
 
 
 def _request_bytes(request: httpx2.Request) -> bytes:
-    body = request.read()
-    lines = [f"{request.method} ".encode("ascii") + (request.url.raw_path or b"/") + b" HTTP/1.1"]
-    lines.extend(name + b": " + value for name, value in request.headers.raw)
-    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+    """The request on the wire: its head and its body."""
+    return _head_bytes(request.method, request.url, request.headers.raw) + b"\r\n\r\n" + request.read()
+
+
+def _head_bytes(method: str, url: httpx2.URL, fields) -> bytes:
+    """The request line and the header lines ``(name, value)``, without the blank line that ends them."""
+    lines = [f"{method} ".encode("ascii") + (url.raw_path or b"/") + b" HTTP/1.1"]
+    lines.extend(name + b": " + value for name, value in fields)
+    return b"\r\n".join(lines)
 
 
 def _waiting_reader(sock) -> tuple:
@@ -293,6 +383,19 @@ def raw_reads(response: httpx2.Response) -> Iterator[bytes]:
         return response.iter_raw()
     response.is_stream_consumed = True
     return body.reads(response.request)
+
+
+def close_response(response: httpx2.Response) -> None:
+    """``response.close()``. This transport's own body (``raw_reads``'s) is closed without httpx's
+    context manager around its close (a generator-based one, there to name the request on an httpx
+    error, and closing this body raises none): ``is_closed`` and ``elapsed`` set as httpx sets them."""
+    stream = response.stream
+    if type(stream) is BoundSyncStream and type(stream._stream) is _BodyStream:
+        if not response.is_closed:
+            response.is_closed = True
+            stream.close()
+        return
+    response.close()
 
 
 class _BodyStream(httpx2.SyncByteStream):
@@ -361,7 +464,7 @@ class _BodyStream(httpx2.SyncByteStream):
                     self.last_read_s = monotonic()
                 feed(data)
                 if body:
-                    chunk = body[0] if len(body) == 1 else b"".join(body)
+                    chunk = b"".join(body)  # bytes, from llhttp's bytearrays
                     body.clear()
                     yield chunk
         except (OSError, HTTPParseError) as err:

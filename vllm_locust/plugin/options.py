@@ -6,6 +6,7 @@ environment variables and config files, and travel from master to workers with e
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -198,13 +199,17 @@ def resolve_api_key(options) -> None:
 _SPECS: dict[tuple, WorkloadSpec] = {}  # option values (``WorkloadSpec.OPTION_NAMES``) and their types -> the spec
 _SPECS_MAX = 64
 _UNSET = object()
+_UNSETS = (_UNSET,) * len(WorkloadSpec.OPTION_NAMES)
 
 
 def workload_spec(options) -> WorkloadSpec:
     """The workload the options describe (built in the core, so the backend's model check needs no
     plugin). Asked once per request (``context.context_key``: a web-UI edit changes the workload): the
     spec built from the same option values is kept, and returned as it was."""
-    values = tuple([getattr(options, name, _UNSET) for name in WorkloadSpec.OPTION_NAMES])
+    if type(options) is argparse.Namespace:  # Locust's parsed options: their values are the namespace's dict's
+        values = tuple(map(vars(options).get, WorkloadSpec.OPTION_NAMES, _UNSETS))
+    else:  # a persona's view (``personas.OptionsView``) and the like
+        values = tuple([getattr(options, name, _UNSET) for name in WorkloadSpec.OPTION_NAMES])
     values = (values, tuple(map(type, values)))  # 1, 1.0 and True are one dict key, not one option value
     try:
         spec = _SPECS.get(values)

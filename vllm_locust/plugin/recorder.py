@@ -231,7 +231,7 @@ class SampleRecorder:
     def record(self, record: RequestRecord) -> None:
         """One finished request (the production path): its sample rows and its request row. Checked
         once, by the record's type: its rows are built by ``RequestRecord`` to the schema
-        (``record.SAMPLE_ORDER``, ``row()``), so no object and no check per chunk. Formatted now, or
+        (``record.SAMPLE_ORDER``, ``record.REQUEST_ORDER``), so no object and no check per chunk. Formatted now, or
         when the loop is idle once ``format_when_idle`` runs."""
         if type(record) is not RequestRecord:
             raise TypeError(f"expected a RequestRecord, got {type(record).__name__}")
@@ -250,12 +250,11 @@ class SampleRecorder:
         pending = self._pending
         for _ in range(min(count, len(pending))):
             record = pending.popleft()
-            row = record.row()
-            self._open(row.run_id)
+            self._open(record.info.labels.run_id)
             if self._samples is not None:
                 self._samples.buffer.write(sample_text(record))
             if self._requests is not None:
-                self._requests.write(row)
+                self._requests.writer.writerow(record.row_values())  # the columns' order (``record.REQUEST_ORDER``)
 
     @property
     def waiting(self) -> int:

@@ -11,7 +11,7 @@ from typing import Callable
 import httpx2
 
 from ...core.stream import StreamLimits, StreamResult, read_stream
-from ..transport import raw_reads
+from ..transport import close_response, raw_reads
 
 try:  # orjson serialises a body in a few microseconds; json is the fallback
     from orjson import dumps as _dumps
@@ -35,7 +35,9 @@ def wire_request(body: dict) -> tuple[bytes, dict]:
     of the client's CPU per request, issue 25); the suite's bodies are plain JSON types already."""
     if not any(key in body for key in SDK_ONLY):
         return _dumps(body), {"security": _SECURITY}
-    fields = {key: value for key, value in body.items() if key not in SDK_ONLY}
+    fields = dict(body)  # the body fields, in order: the SDK's arguments taken out, extra_body's merged last
+    for key in SDK_ONLY:
+        fields.pop(key, None)
     fields.update(body.get("extra_body") or {})
     options: dict = {"security": _SECURITY}
     if body.get("extra_headers"):
@@ -100,7 +102,7 @@ class Endpoint:
         try:
             return read_stream(response, on_content, result, limits, raw_reads(response))
         finally:
-            response.close()
+            close_response(response)
 
 
 ENDPOINTS: dict[str, Endpoint] = {}

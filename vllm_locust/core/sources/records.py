@@ -89,16 +89,30 @@ class Workload:
         """The words that make request ``sequence`` of ``worker`` in run ``run`` unique: a fixed lead
         word (the first atom), then the digits of sequence, worker and run in base ``len(atoms)``,
         least significant first, so consecutive requests differ from the second word on."""
-        if not self.atoms:
+        atoms = self.atoms
+        if not atoms:
             return ""
-        base = len(self.atoms)
-        digits = (_digits(sequence, base, SEQUENCE_DIGITS) + _digits(worker, base, WORKER_DIGITS)
-                  + _digits(run, base, RUN_DIGITS))
-        return " ".join([self.atoms[0]] + [self.atoms[d] for d in digits])
+        base = len(atoms)
+        # The worker's and run's words are the same for every request of a process: made once.
+        tail = _TAG_TAILS.get((atoms, worker, run))
+        if tail is None:
+            if len(_TAG_TAILS) >= 64:
+                _TAG_TAILS.clear()
+            tail = _TAG_TAILS[(atoms, worker, run)] = " ".join(
+                [atoms[d] for d in _digits(worker, base, WORKER_DIGITS) + _digits(run, base, RUN_DIGITS)])
+        words = [atoms[0]]
+        for _ in range(SEQUENCE_DIGITS):
+            sequence, d = divmod(sequence, base)
+            words.append(atoms[d])
+        words.append(tail)
+        return " ".join(words)
 
     @property
     def unique_requests_per_worker(self) -> int:
         return len(self.atoms) ** SEQUENCE_DIGITS if self.atoms else 0
+
+
+_TAG_TAILS: dict[tuple, str] = {}  # (atoms, worker, run) -> the tag's last words (``Workload.tag``)
 
 
 def _digits(value: int, base: int, width: int) -> list[int]:
