@@ -589,3 +589,40 @@ def test_closing_a_lean_response_is_httpxs_close():
     close_response(other)
     assert other.is_closed
     server.close()
+
+
+def test_a_lean_response_is_what_httpxs_constructor_makes():
+    """``response_of`` and ``headers_of`` set a response's attributes without httpx's constructors:
+    the same attributes and values as ``httpx2.Response(..., headers=..., stream=..., extensions=...)``,
+    the headers' encoding kept (the constructor's copy forgets it)."""
+    from vllm_locust.backend.transport import headers_of, response_of
+
+    fields = [(b"Content-Type", b"content-type", b"text/event-stream"), (b"X-A", b"x-a", b"1")]
+    stream, extensions = httpx2.ByteStream(b"data"), {"http_version": b"HTTP/1.1", "reason_phrase": b"OK"}
+    made = response_of(200, headers_of(list(fields), "ascii"), stream, dict(extensions))
+    stock = httpx2.Response(200, headers=[(n, v) for n, _, v in fields], stream=stream, extensions=dict(extensions))
+    assert sorted(vars(made)) == sorted(vars(stock))
+    for name in vars(stock):
+        if name != "headers":
+            assert getattr(made, name) == getattr(stock, name), name
+    assert made.headers.raw == stock.headers.raw and made.headers._list == stock.headers._list
+    assert made.headers.encoding == "ascii" and headers_of([], None).encoding == "ascii"
+    assert (made.status_code, made.reason_phrase, made.http_version, made.read()) == (200, "OK", "HTTP/1.1", b"data")
+
+
+def test_a_kept_alive_request_sets_no_socket_timeout(monkeypatch):
+    """A request on a kept-alive connection is sent by the C socket (non-blocking: what fits the
+    buffer needs no write timeout) and its head and body are read without a socket timeout (the
+    read watcher keeps it): no ``settimeout`` per request (three before)."""
+    import gevent.socket
+
+    calls = []
+    real = gevent.socket.socket.settimeout
+    monkeypatch.setattr(gevent.socket.socket, "settimeout", lambda self, t: calls.append(t) or real(self, t))
+    server = ScriptedServer(keep_alive)
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(30.0))
+    for _ in range(4):
+        assert post(client, server.url)[0] == 200
+    assert server.connections == 1
+    assert calls == [30.0, None], "the connect timeout, then none for the first head: nothing per request"
+    server.close()

@@ -26,6 +26,7 @@ from openai._httpx2 import request_exceptions, status_exceptions, timeout_except
 from openai._models import FinalRequestOptions
 
 from .httpsend import send_stream, sends_directly
+from .transport import headers_of
 from .wire import greenlet_local
 
 # The options a template may be made for: the rest (``follow_redirects``, ``max_retries``, ...) change
@@ -37,7 +38,7 @@ class _Template:
     """A request the SDK built, and what it was built from."""
 
     __slots__ = ("path", "options", "api_key", "base_url", "timeout", "organization", "project", "method", "url",
-                 "headers", "fields", "extensions")
+                 "headers", "fields", "encoding", "extensions")
 
     def __init__(self, client: "TemplatedOpenAI", path: str, options: dict, request: httpx2.Request,
                  extensions: dict):
@@ -50,6 +51,7 @@ class _Template:
         headers.pop("content-length", None)  # the body's own, set again for each body
         self.headers, self.extensions = headers, extensions
         self.fields = tuple(headers._list)  # httpx's (name, lowered name, value) triples, the body's length left out
+        self.encoding = headers.encoding
 
     @staticmethod
     def usable(request: httpx2.Request) -> bool:
@@ -73,17 +75,16 @@ class _Template:
         included, the encoding known) with the body's ``Content-Length`` last, where httpx puts it
         (``usable``), and a copy of the extensions (the request hook adds the wire stamp to each
         request's own). ``tests/unit/test_templated_client.py`` holds it to the constructor's."""
-        headers = httpx2.Headers(encoding=self.headers.encoding)
-        headers._list = [*self.fields, (b"Content-Length", b"content-length", b"%d" % len(content))]
-        request = _new_request()
+        headers = headers_of([*self.fields, (b"Content-Length", b"content-length", b"%d" % len(content))],
+                             self.encoding)
+        request = _new_request(httpx2.Request)
         request.method, request.url, request.headers = self.method, self.url, headers
         request.extensions, request.stream = dict(self.extensions), httpx2.ByteStream(content)
         request._content = content  # read, as ``content=`` leaves it
         return request
 
 
-def _new_request() -> httpx2.Request:
-    return httpx2.Request.__new__(httpx2.Request)
+_new_request = object.__new__
 
 
 def _has_cookies(http: httpx2.Client) -> bool:

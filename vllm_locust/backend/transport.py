@@ -44,10 +44,12 @@ class _ResponseParser(HTTPResponse):
     that took several reads again, in one piece). A final response after an interim 1xx starts the
     lists again. What ``HTTPResponse``'s own ``feed`` and ``should_close`` read is kept as it keeps it."""
 
+    # ``HTTPResponse``'s flags, False until llhttp's callbacks set them on the parser itself.
+    headers_complete = message_begun = message_complete = False
+    _message_ended_in_skip_body = _trailing_data_dropped = False
+
     def __init__(self, method: str):  # not ``HTTPResponse.__init__``: its header index is not used
         self.method = method.upper()
-        self.headers_complete = self.message_begun = self.message_complete = False
-        self._message_ended_in_skip_body = self._trailing_data_dropped = False
         self.status: list[str] = []
         self.names: list[str] = []
         self.values: list[str] = []
@@ -91,9 +93,19 @@ class _ResponseParser(HTTPResponse):
             fields = list(zip(raw_names, name_bytes.lower().split(b"\0"), raw_values))
         else:
             fields = [(n.encode("latin-1"), n.encode("latin-1").lower(), v.encode("latin-1")) for n, v in zip(names, values)]
-        headers = httpx2.Headers(encoding="ascii" if name_bytes.isascii() and value_bytes.isascii() else None)
-        headers._list = fields
-        return "".join(self.status), headers
+        return "".join(self.status), headers_of(fields, "ascii" if name_bytes.isascii() and value_bytes.isascii() else None)
+
+
+def headers_of(fields: list, encoding: str | None) -> httpx2.Headers:
+    """``httpx2.Headers`` holding httpx's ``(name, lowered name, value)`` triples ``fields`` as they are,
+    with ``encoding`` (None: httpx finds it at the first lookup), without the constructor's
+    ``isinstance`` tests (one against an abstract class) and its call per header."""
+    headers = _new_headers(httpx2.Headers)
+    headers._list, headers._encoding = fields, encoding
+    return headers
+
+
+_new_headers = object.__new__
 
 
 def _closed_while_idle(sock: socket.socket) -> bool:
@@ -248,16 +260,25 @@ class LeanTransport(httpx2.BaseTransport):
         reads: list[bytes] = []  # the head's (``_ResponseParser``: a head parsed in pieces is parsed again whole)
         watched = False
         try:
-            sock.settimeout(timeouts.get("write"))
             if trace is not None:
                 trace(WireClock.SEND_EVENT, {"request": request})
-            sent = sock.send(payload)  # one syscall for a request that fits the socket's buffer
-            if sent < len(payload):  # (gevent's ``sendall`` asks for the buffer's size first)
+            # One syscall for a request that fits the socket's buffer: a gevent socket's own C socket
+            # (non-blocking) sends what fits now, no timeout needed; the rest, or a plain socket's
+            # request, is sent with the write timeout (gevent's ``sendall`` asks for the buffer's size first).
+            raw_send = getattr(getattr(sock, "_sock", None), "send", None)
+            sent = 0
+            if raw_send is not None:
+                try:
+                    sent = raw_send(payload)
+                except BlockingIOError:
+                    pass
+            if sent < len(payload):
+                sock.settimeout(timeouts.get("write"))
                 sock.sendall(memoryview(payload)[sent:])
             # The headers are waited for as the body is: the read watcher keeps the read timeout
             # (a gevent timer armed and cancelled per request before), the socket is waited on, then read.
             watched = body.watch(sock)
-            wait, raw_recv = _waiting_reader(sock)
+            wait, raw_recv = body.reader = _waiting_reader(sock)
             while not parser.headers_complete or parser.get_code() < 200:
                 data = _read_when_ready(sock, wait, raw_recv, self.block_size)
                 if data is None:
@@ -293,10 +314,26 @@ class LeanTransport(httpx2.BaseTransport):
             if watched:
                 _READ_WATCH.bodies.discard(body)  # the body's reads watch it again (a body never read is not watched)
         status, headers = (parser if len(reads) == 1 else _parsed_whole(request.method, reads)).head()
-        response = httpx2.Response(parser.get_code(), stream=body,
-                                   extensions={"http_version": b"HTTP/1.1", "reason_phrase": status.encode("latin-1")})
-        response.headers = headers  # as ``headers=`` would copy them, their encoding kept
-        return response
+        return response_of(parser.get_code(), headers, body,
+                           {"http_version": b"HTTP/1.1", "reason_phrase": status.encode("latin-1")})
+
+
+def response_of(status_code: int, headers: httpx2.Headers, stream: httpx2.SyncByteStream,
+                extensions: dict) -> httpx2.Response:
+    """What ``httpx2.Response(status_code, headers=headers, stream=stream, extensions=extensions)``
+    makes, its headers ``headers`` themselves (the constructor copies them and forgets their
+    encoding), made without the constructor's steps for what a transport's response does not have
+    (content to encode, a request, a history). ``tests/unit/test_transport.py`` holds it to the constructor's."""
+    response = _new_response(httpx2.Response)
+    response.status_code, response.headers, response.extensions, response.stream = status_code, headers, extensions, stream
+    response._request = response.next_request = None
+    response.history = []
+    response.is_closed = response.is_stream_consumed = False
+    response.default_encoding, response._num_bytes_downloaded = "utf-8", 0
+    return response
+
+
+_new_response = object.__new__
 
 
 def _parsed_whole(method: str, reads: list[bytes]) -> _ResponseParser:
@@ -406,6 +443,7 @@ class _BodyStream(httpx2.SyncByteStream):
                  read_timeout_s: float | None = None):
         self._transport, self._key, self._sock, self._parser = transport, key, sock, parser
         self.read_timeout_s = read_timeout_s
+        self.reader: tuple = (None, None)  # ``_waiting_reader``'s pair, found once for the head and the body
         self.last_read_s = time.monotonic()
         self.expired = False
 
@@ -413,7 +451,8 @@ class _BodyStream(httpx2.SyncByteStream):
         """Reads of ``sock`` (this body's) from now on have no socket timeout; with a read timeout,
         ``_READ_WATCH`` keeps it (the caller discards this body from it when its reads end). Whether
         it is watched."""
-        sock.settimeout(None)
+        if sock.timeout is not None:  # a kept-alive socket's is None since its first body
+            sock.settimeout(None)
         if self.read_timeout_s is None:
             return False
         self.last_read_s = time.monotonic()
@@ -451,7 +490,7 @@ class _BodyStream(httpx2.SyncByteStream):
         watched = False
         try:
             watched = self.watch(sock)
-            wait, raw_recv = _waiting_reader(sock)
+            wait, raw_recv = self.reader if self.reader[0] is not None else _waiting_reader(sock)
             while not parser.message_complete:
                 data = _read_when_ready(sock, wait, raw_recv, size)
                 if data is None:

@@ -123,7 +123,10 @@ def sample_text(record: RequestRecord) -> str:
     head, tail, end, offset, samples = record.sample_parts()
     if not samples:
         return ""
-    head, tail, end, fields = csv_fields(head), csv_fields(tail), csv_fields(end), _METRIC_FIELDS
+    fields, kept = _METRIC_FIELDS, _KEPT_FIELDS
+    head = csv_fields(head)
+    tail = kept.text(tail)  # the run state's fields and the rate's: the same request after request
+    end = kept.text(end)
     return "".join([f"{head},{fields[metric]},{value:.4f},{t + offset:.6f},{tail},"
                     f"{'' if tokens is None else tokens},{end}\r\n" for metric, value, t, tokens in samples])
 
@@ -137,6 +140,24 @@ class _MetricFields(dict):
 
 
 _METRIC_FIELDS = _MetricFields()
+
+
+class _KeptFields(dict):
+    """``csv_fields`` of the value tuples that repeat from request to request (the run state's, the
+    rate and persona), kept (a few hundred at most: cleared past that). Keyed by the values and their
+    types: ``2 == 2.0`` is one dict key, but csv writes ``2`` and ``2.0``."""
+
+    def text(self, values: tuple) -> str:
+        key = (values, tuple(map(type, values)))
+        text = self.get(key)
+        if text is None:
+            if len(self) >= 256:
+                self.clear()
+            text = self[key] = csv_fields(values)
+        return text
+
+
+_KEPT_FIELDS = _KeptFields()
 
 
 def _unless_failed(method):
