@@ -190,7 +190,7 @@ def entry_state(entry) -> dict:
     return {"num_requests": entry.num_requests, "num_none_requests": entry.num_none_requests,
             "total_response_time": same(entry.total_response_time), "min": same(entry.min_response_time),
             "max": same(entry.max_response_time), "types": (type(entry.min_response_time), type(entry.max_response_time)),
-            "response_times": {same(k): v for k, v in entry.response_times.items()},
+            "response_times": {same(k): (v, type(k)) for k, v in entry.response_times.items()},
             "per_second": dict(entry.num_reqs_per_sec), "last": entry.last_request_timestamp,
             "content": entry.total_content_length,
             "cache": {t: (c.num_requests, dict(c.response_times)) for t, c in (entry.response_times_cache or {}).items()}}
@@ -202,7 +202,7 @@ def test_the_fused_log_leaves_an_entry_as_locusts_log_does(monkeypatch, cache):
     same bucketing: same counts, sums, extremes and their types, histogram, per-second counts and
     once-a-second cache, over values with None, NaN, ints, ties and a clock that crosses seconds."""
     rng = random.Random(7)
-    values = [5, 5.0, 300.0, 300, None, 2, 2.0] + [
+    values = [5, 5.0, 300.0, 300, None, 2, 2.0, 99.99999, 100, 100.0, 1e-297, 1e-300, 9.995e-298, 0.0] + [
         rng.choice([None, float("nan"), 0, 5, 5.0, rng.uniform(0, 200), rng.uniform(0, 1), 1e6 * rng.random()])
         for _ in range(2000)]
     with installed_buckets():
