@@ -384,7 +384,10 @@ def _read_when_ready(sock, wait, raw_recv, size: int) -> bytes | None:
     (None: woken with nothing to read); without the pair, the socket's own blocking ``recv``."""
     if wait is None:
         return sock.recv(size)
-    wait(_read_event(sock))
+    event = sock._read_event  # ``_read_event(sock)``, in line: once per chunk
+    if event is None:
+        _read_event(sock)
+    wait(event)
     try:
         return raw_recv(size)
     except BlockingIOError:

@@ -69,15 +69,15 @@ class WireClock:
         return self
 
     def __enter__(self) -> "WireClock":
-        greenlet_local().clock = self
+        (_sending or greenlet_local()).clock = self
         return self
 
     def __exit__(self, *_exc) -> None:
-        greenlet_local().clock = None
+        (_sending or greenlet_local()).clock = None
 
 
 def on_request(request: httpx2.Request) -> None:
-    clock = getattr(greenlet_local(), "clock", None)
+    clock = getattr(_sending or greenlet_local(), "clock", None)
     if clock is not None:
         clock.stamp_send()  # replaced by the trace event when the bytes go out
         request.extensions["trace"] = clock.trace

@@ -139,23 +139,26 @@ class RequestRecord:
 
     def row_values(self) -> tuple:
         """The request row's values in its columns' order (``REQUEST_ORDER``), rounded as written: what
-        the recorder formats, without a ``RequestRow`` built for each request."""
+        the recorder formats, without a ``RequestRow`` built for each request (``_rounded`` in line)."""
         info, labels = self.info, self.info.labels
         if self.intended_at_s is None:
             open_loop = (None, None, None, None)
         else:
             open_loop = (round(self.intended_at_s, 6), _rounded(self.lateness_ms), _rounded(self.queue_ms),
                          labels.request_rate)
-        failure = self.failure
+        failure, ttft, e2e = self.failure, self.ttft_ms, self.e2e_ms
+        if self.ttfr_ms is None and self.ttfa_ms is None and self.tool_call_ms is None and self.tool_args_ms is None:
+            events = (None, None, self.reasoning_tokens, self.answer_tokens, None, None)  # a plain stream's
+        else:
+            events = (_rounded(self.ttfr_ms), _rounded(self.ttfa_ms), self.reasoning_tokens, self.answer_tokens,
+                      _rounded(self.tool_call_ms), _rounded(self.tool_args_ms))
         return (labels.run_id, info.worker_id, info.request_id, self.endpoint, self.model, self.workload,
-                self.prompt_index, self.prompt_kind, round(info.sent_at_s, 6), _rounded(self.ttft_ms),
-                _rounded(self.e2e_ms), self.prompt_tokens, self.completion_tokens, self.content_chunks,
+                self.prompt_index, self.prompt_kind, round(info.sent_at_s, 6), None if ttft is None else round(ttft, 4),
+                None if e2e is None else round(e2e, 4), self.prompt_tokens, self.completion_tokens, self.content_chunks,
                 self.finish_reason, "" if failure is None else failure.message, labels.phase, labels.concurrency,
                 labels.step, *open_loop, self.target, self.pair_id,
                 Outcome.OK._value_ if failure is None else failure.kind._value_, self.session_id, self.turn,
-                self.trimmed_turns, info.persona, _rounded(self.ttfr_ms), _rounded(self.ttfa_ms),
-                self.reasoning_tokens, self.answer_tokens, _rounded(self.tool_call_ms), _rounded(self.tool_args_ms),
-                self.tool_calls)
+                self.trimmed_turns, info.persona, *events, self.tool_calls)
 
     def sample_parts(self) -> tuple[tuple, tuple, tuple, float, tuple[tuple, ...]]:
         """What the sample rows are made of (``SAMPLE_ORDER``): the fields every row of this request

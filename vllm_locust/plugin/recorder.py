@@ -311,8 +311,9 @@ class SampleRecorder:
         """Flush when the oldest waiting rows are ``flush_every_s`` old (their files are then at
         most that far behind) or a file's buffer is large."""
         now = time.monotonic()
-        if now - self._flushed_s >= self.flush_every_s or any(
-                f is not None and f.buffer.tell() > FLUSH_BYTES for f in (self._samples, self._requests)):
+        samples, requests = self._samples, self._requests
+        if (now - self._flushed_s >= self.flush_every_s or (samples is not None and samples.buffer.tell() > FLUSH_BYTES)
+                or (requests is not None and requests.buffer.tell() > FLUSH_BYTES)):
             self._flushed_s = now
             self._write()
 

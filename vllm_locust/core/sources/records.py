@@ -68,7 +68,11 @@ class Prompt:
         if self.blocks:  # a trace: one user message, its blocks joined only now
             out[-1]["content"] = self._user(out[-1]["content"])
         if lead:  # the first user message: a history's earlier turns are then no shared prefix either
-            first = next((m for m in out if m["role"] == "user"), out[-1])
+            for first in out:
+                if first["role"] == "user":
+                    break
+            else:
+                first = out[-1]
             first["content"] = lead + first["content"]
         return out
 
