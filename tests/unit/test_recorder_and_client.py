@@ -299,17 +299,18 @@ def test_a_full_disk_met_by_the_idle_formatter_is_one_failure(tmp_path, monkeypa
 
 
 def test_sample_rows_write_kept_fields_as_csv_writes_them():
-    """``sample_text`` keeps the text of the fields that repeat (run state, rate, persona): equal
-    values of other types (``2`` and ``2.0``, ``1`` and ``True``) keep their own text, and every
-    row is what ``csv.writer`` writes for ``sample_values()``."""
+    """``sample_text`` keeps the text of the fields that repeat (run state, rate, persona, run and
+    worker ids): equal values of other types (``2`` and ``2.0``, ``1`` and ``True``) keep their own
+    text, a request id is quoted where csv quotes it, and every row is what ``csv.writer`` writes for
+    ``sample_values()``."""
     import csv
     import io
 
     from vllm_locust.core.record import Labels, RequestInfo, RequestRecord
     from vllm_locust.plugin.recorder import _KEPT_FIELDS, sample_text
 
-    def record(concurrency, rate, persona='p, "q"'):
-        info = RequestInfo(Labels("r", "measured", concurrency, 1, rate), "w", "w:1", "chat", 1000.0, 10.0, persona)
+    def record(concurrency, rate, persona='p, "q"', request_id="w:1"):
+        info = RequestInfo(Labels("r", "measured", concurrency, 1, rate), "w", request_id, "chat", 1000.0, 10.0, persona)
         return RequestRecord(info=info, endpoint="chat", model="m", workload="fixed", prompt_index=0, prompt_kind="k",
                              end_perf_s=10.5, last_perf_s=10.5, ttft_ms=100.0, e2e_ms=500.0, tpot_ms=400.0,
                              output_tokens=2, prompt_tokens=5, completion_tokens=2, content_chunks=2,
@@ -317,10 +318,11 @@ def test_sample_rows_write_kept_fields_as_csv_writes_them():
                              samples=(("TTFT", 100.0, 10.1, None), ("ITL", 400.0, 10.5, 1)))
 
     _KEPT_FIELDS.clear()
-    for concurrency, rate in [(2, 2.0), (2, 2), (True, 2.0), (2.0, None), (2, 2.0)]:
-        rec = record(concurrency, rate)
+    cases = [(2, 2.0, "w:1"), (2, 2, "w:2"), (True, 2.0, "w,3"), (2.0, None, 'w"4'), (2, 2.0, "w\n5"), (2, 2.0, "")]
+    for concurrency, rate, request_id in cases:  # request ids csv writes as they are, quoted, and empty
+        rec = record(concurrency, rate, request_id=request_id)
         out = io.StringIO()
         writer = csv.writer(out)
         for values in rec.sample_values():
             writer.writerow(tuple(f"{v:.4f}" if i == 4 else f"{v:.6f}" if i == 5 else v for i, v in enumerate(values)))
-        assert sample_text(rec) == out.getvalue(), (concurrency, rate)
+        assert sample_text(rec) == out.getvalue(), (concurrency, rate, request_id)

@@ -108,6 +108,9 @@ def headers_of(fields: list, encoding: str | None) -> httpx2.Headers:
 _new_headers = object.__new__
 
 
+_PEEK_NOW = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)  # an int: the flags' ``|`` makes an enum member per call
+
+
 def _closed_while_idle(sock: socket.socket) -> bool:
     """An idle keep-alive socket that is readable has been closed by the server (or holds junk).
 
@@ -116,7 +119,7 @@ def _closed_while_idle(sock: socket.socket) -> bool:
     first, then its sends)."""
     try:
         # The socket's own C object, not gevent's ``recv`` (which catches the EAGAIN and raises it again).
-        getattr(sock, "_sock", sock).recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        getattr(sock, "_sock", sock).recv(1, _PEEK_NOW)
         return True  # bytes (junk) or b"" (closed): not reusable either way
     except BlockingIOError:
         return False  # nothing to read: the connection is open and clean

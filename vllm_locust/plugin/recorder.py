@@ -124,7 +124,10 @@ def sample_text(record: RequestRecord) -> str:
     if not samples:
         return ""
     fields, kept = _METRIC_FIELDS, _KEPT_FIELDS
-    head = csv_fields(head)
+    # (run_id, worker_id) repeat; the request id is new each time and needs no quotes unless it holds
+    # a character csv quotes (QUOTE_MINIMAL: the delimiter, the quote, a line end)
+    request_id = head[2]
+    head = kept.text(head[:2]) + "," + request_id if _QUOTES_NOTHING(request_id) and request_id else csv_fields(head)
     tail = kept.text(tail)  # the run state's fields and the rate's: the same request after request
     end = kept.text(end)
     return "".join([f"{head},{fields[metric]},{value:.4f},{t + offset:.6f},{tail},"
@@ -158,6 +161,7 @@ class _KeptFields(dict):
 
 
 _KEPT_FIELDS = _KeptFields()
+_QUOTES_NOTHING = frozenset(',"\r\n').isdisjoint  # a text with none of these is written as it is
 
 
 def _unless_failed(method):
