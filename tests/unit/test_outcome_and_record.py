@@ -218,3 +218,9 @@ def test_the_request_rows_values_are_its_columns_by_name():
     values = dict(zip(names_of(RequestRow), failed.row_values()))
     assert (values["kind"], values["error"], values["e2e_ms"]) == ("http_5xx", "HTTP 503: busy", None)
     assert [values[n] for n in ("intended_at_s", "lateness_ms", "queue_ms", "request_rate")] == [None] * 4
+
+
+def test_a_record_is_hashed_by_its_fields_as_the_frozen_one_was():
+    """Found by a review: ``RequestRecord`` (no longer frozen: 35 ``object.__setattr__`` per request)
+    had lost its hash; a listener may keep records in a set."""
+    assert hash(record()) == hash(record()) and len({record(), record(), record(ttft_ms=1.0)}) == 2

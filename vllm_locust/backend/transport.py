@@ -34,6 +34,9 @@ BLOCK_SIZE = 65536
 MAX_HEADER_BYTES = 65536  # all of a response's header bytes; vLLM sends a few hundred
 
 
+_DROP = set().discard  # a C callback that keeps nothing (and returns None: llhttp goes on)
+
+
 class _ResponseParser(HTTPResponse):
     """llhttp's parser (``geventhttpclient``'s) handing over what it parses in lists, each filled by a
     ``list.append`` given to llhttp as the callback (C: no Python call per header or per piece of the
@@ -42,7 +45,9 @@ class _ResponseParser(HTTPResponse):
     accumulated. llhttp hands a name or a value over in two pieces when a read ends inside it: the
     lists pair up only for a head parsed in one ``feed`` (``LeanTransport._exchange`` parses a head
     that took several reads again, in one piece). A final response after an interim 1xx starts the
-    lists again. What ``HTTPResponse``'s own ``feed`` and ``should_close`` read is kept as it keeps it."""
+    lists again; after the final response's head nothing more is kept (a chunked body's trailer
+    fields, a HEAD response's stray body are not its head, as in httpx's own transport). What
+    ``HTTPResponse``'s own ``feed`` and ``should_close`` read is kept as it keeps it."""
 
     # ``HTTPResponse``'s flags, False until llhttp's callbacks set them on the parser itself.
     headers_complete = message_begun = message_complete = False
@@ -60,17 +65,24 @@ class _ResponseParser(HTTPResponse):
     def _on_message_begin(self) -> None:
         if self.message_begun and not self.message_complete:
             raise HTTPProtocolViolationError(f"a new response began before the end of {self.get_code()}")
-        if self.message_complete:  # the final response after an interim 1xx, on the same parser
+        if self.message_complete:
             self.headers_complete = self.message_complete = False
-            del self.status[:], self.names[:], self.values[:]
+            if self._on_header_field is not _DROP:  # the final response after an interim 1xx: its own head
+                del self.status[:], self.names[:], self.values[:]
+            # (else bytes after a final response, a HEAD's stray body: not this response's head)
         self.message_begun = True
 
     def _on_headers_complete(self) -> bool:
         self.headers_complete = True
+        if self.get_code() >= 200:  # the final head: what llhttp parses after it (trailers, stray bytes) is not it
+            self._on_status = self._on_header_field = self._on_header_value = _DROP
         if self.method == "HEAD":  # the message ends with its headers (``HTTPResponse.feed`` reads this)
             self._message_ended_in_skip_body = True
             return True
         return False
+
+    def __repr__(self) -> str:  # ``HTTPResponse``'s reads the header index this parser does not keep
+        return f"<{type(self).__name__} status={self.get_code()} headers={len(self.names)}>"
 
     def head(self) -> tuple[str, httpx2.Headers]:
         """The status text and the headers, as httpx's ``Headers`` (its ``(name, lowered name, value)``

@@ -69,14 +69,15 @@ def _rounded(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class RequestRecord:
     """One finished request. ``samples``: the stream's ``(metric, value_ms, end_perf_s, tokens)``
     (TTFT, ITL) as measured; E2E and TPOT are its own fields;
     ``failure``: None when it succeeded, else its kind and message (interrupted included).
 
     Not frozen, though nothing changes it once built: a frozen dataclass sets each of its 35 fields
-    through ``object.__setattr__`` (2.7 us per request against 0.6, issue 25)."""
+    through ``object.__setattr__`` (2.7 us per request against 0.6, issue 25). Hashed by its fields
+    as the frozen one was (a listener may keep records in a set)."""
 
     info: RequestInfo
     endpoint: str
