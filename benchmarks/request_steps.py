@@ -16,6 +16,7 @@ the counts per request do. Compare two trees with ``--root``.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -81,7 +82,8 @@ def start_window(**_kw):
 '''
 
 
-def count(root: Path, what: str, users: int, warmup_s: float, window_s: float) -> tuple[int, list[tuple[float, str, str]]]:
+def count(root: Path, what: str, users: int, warmup_s: float,
+          window_s: float) -> tuple[int, list[tuple[float, str, str]]]:
     """(requests counted, [(per request, function, file or "C")]) for one run of ``root``'s suite."""
     sys.path.insert(0, str(root))
     from vllm_locust.mock.server import start_process
@@ -99,8 +101,6 @@ def count(root: Path, what: str, users: int, warmup_s: float, window_s: float) -
                    "-u", str(users), "-r", str(users), "-t", f"{duration_s}s", "--only-summary", "--max-tokens", "2",
                    "--prompt-tokens", "64", "--prompt-pool", "64", "--samples-dir", tmp, "--prompt-cache-dir", tmp,
                    "--stop-timeout", "10", "--loglevel", "WARNING"]
-            import os
-
             done = subprocess.run(cmd, cwd=root, env={**os.environ, **env}, capture_output=True, text=True)
             if not out.exists():
                 raise SystemExit(f"no counts: locust exited {done.returncode}: {done.stderr[-1500:]}")

@@ -104,8 +104,10 @@ class _ResponseParser(HTTPResponse):
         if names and len(raw_names) == len(names) and len(raw_values) == len(values):
             fields = list(zip(raw_names, name_bytes.lower().split(b"\0"), raw_values))
         else:
-            fields = [(n.encode("latin-1"), n.encode("latin-1").lower(), v.encode("latin-1")) for n, v in zip(names, values)]
-        return "".join(self.status), headers_of(fields, "ascii" if name_bytes.isascii() and value_bytes.isascii() else None)
+            fields = [(n.encode("latin-1"), n.encode("latin-1").lower(), v.encode("latin-1"))
+                      for n, v in zip(names, values)]
+        ascii_only = name_bytes.isascii() and value_bytes.isascii()
+        return "".join(self.status), headers_of(fields, "ascii" if ascii_only else None)
 
 
 def headers_of(fields: list, encoding: str | None) -> httpx2.Headers:
@@ -340,7 +342,8 @@ def response_of(status_code: int, headers: httpx2.Headers, stream: httpx2.SyncBy
     encoding), made without the constructor's steps for what a transport's response does not have
     (content to encode, a request, a history). ``tests/unit/test_transport.py`` holds it to the constructor's."""
     response = _new_response(httpx2.Response)
-    response.status_code, response.headers, response.extensions, response.stream = status_code, headers, extensions, stream
+    response.status_code, response.headers = status_code, headers
+    response.extensions, response.stream = extensions, stream
     response._request = response.next_request = None
     response.history = []
     response.is_closed = response.is_stream_consumed = False

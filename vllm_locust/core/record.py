@@ -4,7 +4,8 @@ The user builds it once, when the request ends, from its identity at send (``Req
 labels in force and the wire clock's send stamp), the stream timer's metrics, what the stream
 carried (``StreamResult``), the open-loop arrival and the prompt. ``reporting`` turns it into
 Locust events and the recorder into rows (``row_values()``: the ``RequestRow``'s values, ``row()``
-the row itself; ``sample_values()``: the ``SampleRow`` tuples), so the events, the rows and the bench-JSON export read the same numbers.
+the row itself; ``sample_values()``: the ``SampleRow`` tuples), so the events, the rows and the
+bench-JSON export read the same numbers.
 Stdlib only.
 """
 
@@ -60,7 +61,8 @@ REQUEST_ORDER = ("run_id", "worker_id", "request_id", "endpoint", "model", "work
                  "sent_at_s", "ttft_ms", "e2e_ms", "prompt_tokens", "completion_tokens", "content_chunks",
                  "finish_reason", "error", "phase", "concurrency", "step", "intended_at_s", "lateness_ms", "queue_ms",
                  "request_rate", "target", "pair_id", "kind", "session_id", "turn", "trimmed_turns", "persona",
-                 "ttfr_ms", "ttfa_ms", "reasoning_tokens", "answer_tokens", "tool_call_ms", "tool_args_ms", "tool_calls")
+                 "ttfr_ms", "ttfa_ms", "reasoning_tokens", "answer_tokens", "tool_call_ms", "tool_args_ms",
+                 "tool_calls")
 if names_of(RequestRow) != REQUEST_ORDER:  # pragma: no cover - fails loudly if the schema changes
     raise ImportError(f"record.REQUEST_ORDER is out of date with schema.RequestRow: {names_of(RequestRow)}")
 
