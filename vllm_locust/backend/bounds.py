@@ -55,14 +55,14 @@ class CappedStream(httpx2.SyncByteStream):
         self._stream.close()
 
 
-_lowered_name = itemgetter(1)
+lowered_name = itemgetter(1)  # of httpx's (name, lowered name, value) header triples
 
 
 def guard_response(response: httpx2.Response, max_body_bytes: int = MAX_BODY_BYTES) -> None:
     """httpx response hook (headers in, body not yet read): refuse an encoding that is not identity;
     cap a body that is not an event stream (an event stream is bounded by the SSE decoder)."""
     headers = response.headers
-    names = set(map(_lowered_name, headers._list))  # httpx's (name, lowered name, value): one lookup less each
+    names = set(map(lowered_name, headers._list))  # httpx's (name, lowered name, value): one lookup less each
     reason = refused_encoding(headers) if b"content-encoding" in names else None
     if reason is not None:
         raise httpx2.RemoteProtocolError(reason.removeprefix("bad response: "), request=response.request)

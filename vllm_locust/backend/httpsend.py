@@ -17,10 +17,11 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import suppress
-from operator import itemgetter
 
 import httpx2
 from httpx2._client import BoundSyncStream, ClientState, logger as httpx_logger
+
+from .bounds import lowered_name
 
 _METHODS = ("send", "_send_handling_auth", "_send_handling_redirects", "_send_single_request", "_build_request_auth",
             "_transport_for_url", "_set_timeout")
@@ -30,7 +31,6 @@ _INSTANCE_FREE = frozenset(_METHODS).isdisjoint
 # on httpx's lowered header names and on the status number before httpx's own lookups.
 _COOKIE_HEADERS = frozenset({b"set-cookie", b"set-cookie2"})
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-_lowered_name = itemgetter(1)  # of httpx's (name, lowered name, value) header triples
 
 
 def sends_directly(client, url: httpx2.URL) -> bool:
@@ -65,7 +65,7 @@ def send_stream(client: httpx2.Client, request: httpx2.Request) -> httpx2.Respon
         raise
     response.request = request
     response.stream = BoundSyncStream(response.stream, start=start)
-    if not _COOKIE_HEADERS.isdisjoint(map(_lowered_name, response.headers._list)):  # nothing else is extracted
+    if not _COOKIE_HEADERS.isdisjoint(map(lowered_name, response.headers._list)):  # nothing else is extracted
         client.cookies.extract_cookies(response)
     response.default_encoding = client._default_encoding
     if httpx_logger.isEnabledFor(logging.INFO):

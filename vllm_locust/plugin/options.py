@@ -13,6 +13,7 @@ from pathlib import Path
 from ..backend.endpoints import TOOL_MODES, endpoint
 from ..backend.endpoints import names as endpoint_names
 from ..core import sources
+from ..core.memo import BoundedMemo, typed_key
 from ..core.workloads import WorkloadSpec
 
 DEFAULT_CACHE_DIR = str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm_locust")
@@ -196,8 +197,7 @@ def resolve_api_key(options) -> None:
             raise ValueError(f"--api-key-file {path}: {err.strerror}") from None
 
 
-_SPECS: dict[tuple, WorkloadSpec] = {}  # option values (``WorkloadSpec.OPTION_NAMES``) and their types -> the spec
-_SPECS_MAX = 64
+_SPECS = BoundedMemo(64)  # option values (``WorkloadSpec.OPTION_NAMES``) and their types -> the spec
 _UNSET = object()
 _UNSETS = (_UNSET,) * len(WorkloadSpec.OPTION_NAMES)
 
@@ -210,16 +210,13 @@ def workload_spec(options) -> WorkloadSpec:
         values = tuple(map(vars(options).get, WorkloadSpec.OPTION_NAMES, _UNSETS))
     else:  # a persona's view (``personas.OptionsView``) and the like
         values = tuple([getattr(options, name, _UNSET) for name in WorkloadSpec.OPTION_NAMES])
-    values = (values, tuple(map(type, values)))  # 1, 1.0 and True are one dict key, not one option value
+    key = typed_key(values)
     try:
-        spec = _SPECS.get(values)
+        spec = _SPECS.get(key)
     except TypeError:  # an unhashable value (not from Locust's parser or the web form): built each time
         return WorkloadSpec.from_options(options, endpoint(options.endpoint).prompt_form)
     if spec is None:
-        spec = WorkloadSpec.from_options(options, endpoint(options.endpoint).prompt_form)
-        if len(_SPECS) >= _SPECS_MAX:
-            _SPECS.clear()
-        _SPECS[values] = spec
+        spec = _SPECS.keep(key, WorkloadSpec.from_options(options, endpoint(options.endpoint).prompt_form))
     return spec
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from .outbox import ForwardFile, Outbox
 from ..core.record import RequestRecord
+from ..core.memo import BoundedMemo, typed_key
 from ..core.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
 from ..core.wholelines import AppendFile, describe
 
@@ -145,22 +146,22 @@ class _MetricFields(dict):
 _METRIC_FIELDS = _MetricFields()
 
 
-class _KeptFields(dict):
+class _KeptFields(BoundedMemo):
     """``csv_fields`` of the value tuples that repeat from request to request (the run state's, the
-    rate and persona), kept (a few hundred at most: cleared past that). Keyed by the values and their
-    types: ``2 == 2.0`` is one dict key, but csv writes ``2`` and ``2.0``."""
+    rate and persona), kept. Keyed by the values and their types: ``2 == 2.0`` is one dict key, but
+    csv writes ``2`` and ``2.0``."""
+
+    __slots__ = ()
 
     def text(self, values: tuple) -> str:
-        key = (values, tuple(map(type, values)))
+        key = typed_key(values)
         text = self.get(key)
         if text is None:
-            if len(self) >= 256:
-                self.clear()
-            text = self[key] = csv_fields(values)
+            text = self.keep(key, csv_fields(values))
         return text
 
 
-_KEPT_FIELDS = _KeptFields()
+_KEPT_FIELDS = _KeptFields(256)
 _QUOTES_NOTHING = frozenset(',"\r\n').isdisjoint  # a text with none of these is written as it is
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..memo import BoundedMemo
+
 RUN_DIGITS, WORKER_DIGITS, SEQUENCE_DIGITS = 1, 2, 4  # tag words: run 1, worker 2, request number 4
 TAG_WORDS = RUN_DIGITS + WORKER_DIGITS + SEQUENCE_DIGITS
 
@@ -100,14 +102,10 @@ class Workload:
         # The worker's and run's words are the same for every request of a process: made once.
         tail = _TAG_TAILS.get((atoms, worker, run))
         if tail is None:
-            if len(_TAG_TAILS) >= 64:
-                _TAG_TAILS.clear()
-            tail = _TAG_TAILS[(atoms, worker, run)] = " ".join(
-                [atoms[d] for d in _digits(worker, base, WORKER_DIGITS) + _digits(run, base, RUN_DIGITS)])
+            tail = _TAG_TAILS.keep((atoms, worker, run), " ".join(
+                [atoms[d] for d in _digits(worker, base, WORKER_DIGITS) + _digits(run, base, RUN_DIGITS)]))
         words = [atoms[0]]
-        for _ in range(SEQUENCE_DIGITS):
-            sequence, d = divmod(sequence, base)
-            words.append(atoms[d])
+        words += [atoms[d] for d in _digits(sequence, base, SEQUENCE_DIGITS)]
         words.append(tail)
         return " ".join(words)
 
@@ -116,7 +114,7 @@ class Workload:
         return len(self.atoms) ** SEQUENCE_DIGITS if self.atoms else 0
 
 
-_TAG_TAILS: dict[tuple, str] = {}  # (atoms, worker, run) -> the tag's last words (``Workload.tag``)
+_TAG_TAILS = BoundedMemo(64)  # (atoms, worker, run) -> the tag's last words (``Workload.tag``)
 
 
 def _digits(value: int, base: int, width: int) -> list[int]:
