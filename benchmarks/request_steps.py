@@ -1,15 +1,17 @@
-"""The steps the client takes per request, counted: Python calls, C calls and bytecodes, by function.
+"""The steps the client takes per request, counted: Python calls, C calls, bytecodes (by function) or
+greenlet switches.
 
 Why: CPU time per request (``request_cost.py``) moves by 10-20% between runs on a shared machine and by
 a factor of two between machines; the steps a request takes do not. A Locust process (the project's
 own user, in a wrapper locustfile) runs against the exact-timing mock with 2-token replies (TTFT 5 ms,
 ITL 1 ms); after a warm-up the wrapper counts, over a window, every Python call and C call
-(``sys.setprofile``) or every bytecode (``sys.settrace`` with opcode events, much slower), and divides by
-the requests that ended in it. Counting slows the process down, so the run's request rate means nothing;
-the counts per request do. Compare two trees with ``--root``.
+(``sys.setprofile``), every bytecode (``sys.settrace`` with opcode events, much slower) or every greenlet
+switch (``greenlet.settrace``, by origin and target), and divides by the requests that ended in it.
+Counting slows the process down, so the run's request rate means nothing; the counts per request do. Compare two trees with ``--root``.
 
     python benchmarks/request_steps.py                    # calls per request, top entries
     python benchmarks/request_steps.py --count opcodes    # bytecodes per request
+    python benchmarks/request_steps.py --count switches   # greenlet switches per request, by origin and target
     python benchmarks/request_steps.py --root /tmp/before --top 0
 """
 
@@ -56,8 +58,21 @@ def on_trace(frame, event, arg):
         return local
     return local
 
+def greenlet_name(g):
+    run = getattr(g, "_run", None) or getattr(g, "run", None)
+    name = getattr(run, "__qualname__", None) or type(g).__name__
+    return "hub" if type(g).__name__ == "Hub" else name
+
+def on_switch(event, args):
+    if event in ("switch", "throw"):
+        origin, target = args
+        counts[(greenlet_name(origin) + " -> " + greenlet_name(target), event)] += 1
+
 if os.environ["STEPS_COUNT"] == "opcodes":
     sys.settrace(on_trace); threading.settrace(on_trace)
+elif os.environ["STEPS_COUNT"] == "switches":
+    import greenlet
+    greenlet.settrace(on_switch)
 else:
     sys.setprofile(on_call); threading.setprofile(on_call)
 
@@ -118,7 +133,7 @@ def count(root: Path, what: str, users: int, warmup_s: float,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=str(ROOT), help="the tree whose suite runs (default: this one)")
-    parser.add_argument("--count", choices=("calls", "opcodes"), default="calls")
+    parser.add_argument("--count", choices=("calls", "opcodes", "switches"), default="calls")
     parser.add_argument("--users", type=int, default=16)
     parser.add_argument("--warmup", type=float, default=6.0)
     parser.add_argument("--window", type=float, default=3.0)
@@ -130,7 +145,8 @@ def main() -> None:
         c_calls = sum(k for k, _, where in rows if where == "C")
         print(f"{n} requests; per request: {python:.0f} Python calls, {c_calls:.0f} C calls")
     else:
-        print(f"{n} requests; per request: {sum(k for k, _, _ in rows):.0f} bytecodes")
+        what = "bytecodes" if args.count == "opcodes" else "greenlet switches (origin -> target)"
+        print(f"{n} requests; per request: {sum(k for k, _, _ in rows):.1f} {what}")
     for k, name, where in rows[:args.top]:
         print(f"{k:8.1f}  {name}  {where.replace(str(ROOT) + '/', '')}")
 
