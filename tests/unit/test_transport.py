@@ -88,6 +88,20 @@ def test_a_request_larger_than_the_sockets_buffer_is_sent_whole():
     server.close()
 
 
+def test_a_request_the_server_does_not_read_is_a_write_timeout():
+    """A send stuck past the write timeout is httpx's ``WriteTimeout`` (as httpcore's), not a read
+    timeout of response headers never waited for."""
+    def never_read(server, conn, index):
+        threading.Event().wait(5)
+        conn.close()
+
+    server = ScriptedServer(never_read)
+    client = httpx2.Client(transport=LeanTransport(), timeout=httpx2.Timeout(5.0, write=0.3))
+    with pytest.raises(httpx2.WriteTimeout, match="sending the request"):
+        client.post(server.url, content=b"x" * (64 << 20))  # more than both sockets' buffers hold
+    server.close()
+
+
 def test_a_connection_the_server_closed_between_requests_is_replaced_once():
     def close_after_one(server, conn, index):
         server.read_request(conn)

@@ -291,7 +291,11 @@ class LeanTransport(httpx2.BaseTransport):
                     pass
             if sent < len(payload):
                 sock.settimeout(timeouts.get("write"))
-                sock.sendall(memoryview(payload)[sent:])
+                try:
+                    sock.sendall(memoryview(payload)[sent:])
+                except socket.timeout as err:  # httpcore's name for it; no response was waited for
+                    sock.close()
+                    raise httpx2.WriteTimeout("timed out sending the request") from err
             # The headers are waited for as the body is: the read watcher keeps the read timeout
             # (a gevent timer armed and cancelled per request before), the socket is waited on, then read.
             watched = body.watch(sock)
