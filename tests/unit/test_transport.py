@@ -498,11 +498,12 @@ def answering(response: bytes):
 
 
 def seen_through(transport, url: str, method: str = "POST") -> tuple:
-    """What a client reads of one response: status, reason, raw headers and their encoding, body."""
+    """What a client reads of one response: status, reason, HTTP version, raw headers and their
+    encoding, body."""
     client = httpx2.Client(transport=transport)
     with client.stream(method, url, content=b"{}" if method == "POST" else None) as response:
-        return (response.status_code, response.reason_phrase, response.headers.raw, response.headers.encoding,
-                b"".join(response.iter_raw()))
+        return (response.status_code, response.reason_phrase, response.http_version, response.headers.raw,
+                response.headers.encoding, b"".join(response.iter_raw()))
 
 
 @pytest.mark.parametrize("response", [
@@ -511,7 +512,8 @@ def seen_through(transport, url: str, method: str = "POST") -> tuple:
     b"HTTP/1.1 100 Continue\r\nX-Interim: yes\r\n\r\n" + ODD_HEAD + BODY,  # an interim response first
     b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"e\":\"no\"}\n",
     PLAIN_HEAD + BODY[:-2] + b"X-Trailer: t\r\n\r\n",  # a chunked body's trailer field: not a header
-], ids=["plain", "odd", "interim", "404", "trailer"])
+    b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\nok",  # an HTTP/1.0 server
+], ids=["plain", "odd", "interim", "404", "trailer", "http-1.0"])
 @pytest.mark.parametrize("block", [65536, 5], ids=["one-read", "5-byte-reads"])
 def test_a_response_reads_as_httpxs_own_transport_reads_it(response, block, monkeypatch):
     """The lean transport's headers come from llhttp's lists in C (``_ResponseParser.head``); a
@@ -538,7 +540,7 @@ def test_a_head_response_with_a_stray_body_keeps_its_own_head(block):
     stray = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\n\r\nhello"
     server = ScriptedServer(answering(stray))
     lean = seen_through(LeanTransport(block_size=block), server.url, "HEAD")
-    assert lean[:3] == (200, "OK", [(b"Content-Length", b"5"), (b"X-A", b"1")])
+    assert lean[:4] == (200, "OK", "HTTP/1.1", [(b"Content-Length", b"5"), (b"X-A", b"1")])
     assert lean == seen_through(httpx2.HTTPTransport(), server.url, "HEAD")
     server.close()
 

@@ -335,8 +335,13 @@ class LeanTransport(httpx2.BaseTransport):
             if watched:
                 _READ_WATCH.bodies.discard(body)  # the body's reads watch it again (a body never read is not watched)
         status, headers = (parser if len(reads) == 1 else _parsed_whole(request.method, reads)).head()
+        version = parser.get_http_version()
         return response_of(parser.get_code(), headers, body,
-                           {"http_version": b"HTTP/1.1", "reason_phrase": status.encode("latin-1")})
+                           {"http_version": _VERSIONS.get(version) or version.encode("ascii"),
+                            "reason_phrase": status.encode("latin-1")})
+
+
+_VERSIONS = {"HTTP/1.1": b"HTTP/1.1", "HTTP/1.0": b"HTTP/1.0"}  # llhttp's text -> httpcore's extension bytes
 
 
 def response_of(status_code: int, headers: httpx2.Headers, stream: httpx2.SyncByteStream,
