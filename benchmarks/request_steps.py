@@ -7,7 +7,8 @@ own user, in a wrapper locustfile) runs against the exact-timing mock with 2-tok
 ITL 1 ms); after a warm-up the wrapper counts, over a window, every Python call and C call
 (``sys.setprofile``), every bytecode (``sys.settrace`` with opcode events, much slower) or every greenlet
 switch (``greenlet.settrace``, by origin and target), and divides by the requests that ended in it.
-Counting slows the process down, so the run's request rate means nothing; the counts per request do. Compare two trees with ``--root``.
+Counting slows the process down, so the run's request rate means nothing; the counts per request do.
+Compare two trees with ``--root``.
 
     python benchmarks/request_steps.py                    # calls per request, top entries
     python benchmarks/request_steps.py --count opcodes    # bytecodes per request

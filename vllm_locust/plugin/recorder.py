@@ -34,8 +34,8 @@ from operator import attrgetter
 from pathlib import Path
 
 from .outbox import ForwardFile, Outbox
-from ..core.record import RequestRecord
 from ..core.memo import BoundedMemo, typed_key
+from ..core.record import RequestRecord
 from ..core.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
 from ..core.wholelines import AppendFile, describe
 
