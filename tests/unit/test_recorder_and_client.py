@@ -230,6 +230,16 @@ def _written(path) -> list[list[str]]:
         return list(csv.reader(f))
 
 
+def _wait_formatted(rec, most_s: float = 5.0) -> None:
+    """Let the loop be idle until ``rec`` has formatted all that waits (or ``most_s`` has passed)."""
+    import gevent
+
+    for _ in range(int(most_s / 0.01)):
+        gevent.sleep(0.01)
+        if not rec.waiting:
+            return
+
+
 def test_idle_formatting_writes_what_formatting_at_once_writes(tmp_path):
     import gevent
 
@@ -240,13 +250,57 @@ def test_idle_formatting_writes_what_formatting_at_once_writes(tmp_path):
             rec.record(record)
     assert at_once.waiting == 0
     assert idle.waiting == 6, "the users' path formatted rows the loop had time for later"
-    gevent.sleep(0.05)  # nothing else to do: the loop is idle
+    _wait_formatted(idle)  # nothing else to do: the loop is idle
     assert idle.waiting == 0, "an idle loop did not format the waiting rows"
     for rec in (at_once, idle):
         rec.close()
     for name in ("samples-r-w.csv", "requests-r-w.csv"):
         assert _written(tmp_path / "a" / name) == _written(tmp_path / "b" / name)
     assert len(_written(tmp_path / "b" / "requests-r-w.csv")) == 1 + 6
+
+
+def test_records_that_end_together_are_formatted_in_one_idle_moment(tmp_path, monkeypatch):
+    """Woken per record, the formatter took two trips through the loop per request (issue 25)."""
+    import gevent
+
+    from vllm_locust.plugin import recorder as recorder_module
+
+    idles = []
+    real_idle = gevent.idle
+    monkeypatch.setattr(recorder_module.gevent, "idle", lambda: idles.append(1) or real_idle())
+    rec = SampleRecorder(tmp_path, "w")
+    rec.format_when_idle()
+    for burst in range(3):
+        for record in _records(40):  # a wave's streams end in one instant
+            rec.record(record)
+        _wait_formatted(rec)
+        assert rec.waiting == 0
+    assert len(idles) == 3, f"{len(idles)} idle moments for 3 bursts of 40 records (1 each expected)"
+    assert 40 * (len(_records(1)[0].samples) + 1) <= recorder_module.SLICE_ROWS, "a burst fits one slice"
+    rec.close()
+    _, requests = rec.paths("r")
+    assert len(_written(requests)) == 1 + 3 * 40
+
+
+def test_a_slice_stops_at_its_rows_and_the_next_idle_moment_goes_on(tmp_path, monkeypatch):
+    import gevent
+
+    from vllm_locust.plugin import recorder as recorder_module
+
+    per_record = len(_records(1)[0].samples) + 1
+    monkeypatch.setattr(recorder_module, "SLICE_ROWS", 2 * per_record)
+    idles = []
+    real_idle = gevent.idle
+    monkeypatch.setattr(recorder_module.gevent, "idle", lambda: idles.append(1) or real_idle())
+    rec = SampleRecorder(tmp_path, "w")
+    rec.format_when_idle()
+    for record in _records(7):
+        rec.record(record)
+    _wait_formatted(rec)
+    assert rec.waiting == 0 and len(idles) == 4, f"7 records in slices of 2: 4 idle moments, not {len(idles)}"
+    rec.close()
+    _, requests = rec.paths("r")
+    assert [row[2] for row in _written(requests)[1:]] == [f"w:{i}" for i in range(7)], "order kept"
 
 
 def test_the_stop_writes_records_that_never_saw_an_idle_loop(tmp_path):

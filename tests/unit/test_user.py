@@ -307,3 +307,40 @@ def test_a_worker_told_to_spawn_before_its_plugin_attached_still_records(tmp_pat
         assert [m.type for m in sent] == ["vllm_locust_hello"], "and ask the master for the run state it missed"
     finally:
         plugin.self_audit.stop()
+
+
+def test_between_two_requests_a_user_yields_once_not_twice(fake_server, tmp_path, monkeypatch):
+    """Locust's wait with ``constant(0)`` yielded again right after the request's own yield before
+    its send (issue 25): a trip through the event loop per request for nothing. A task that sent
+    nothing (a failure before the wire) still yields there, and Locust's stop checks around the
+    wait still stop the user."""
+    import gevent
+    from gevent.pool import Group
+
+    fake_server.configure(ttft_ms=5, itl_ms=1, tokens=2)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=2)
+    zero_sleeps = []
+    real_sleep = gevent.sleep
+
+    def counted_sleep(seconds=0, *args, **kwargs):
+        if seconds <= 0:
+            zero_sleeps.append(gevent.getcurrent())
+        return real_sleep(seconds, *args, **kwargs)
+
+    monkeypatch.setattr(gevent, "sleep", counted_sleep)
+    user = ChatStreamUser(env)
+    user.start(Group())  # Locust's own loop: ``User.run``, ``on_start``, ``TaskSet.run`` and its waits
+    with gevent.Timeout(30, AssertionError("no 5 requests within 30 s")):
+        while len(by_name(fired, "E2E")) < 5:
+            real_sleep(0.01)
+    user.stop(force=False)  # graceful: the user stops at its next wait
+    with gevent.Timeout(30, AssertionError("the user did not stop at its wait")):
+        user._greenlet.join()
+    VllmPlugin.of(env).recording.close()
+    requests = read_csv(tmp_path / "requests-r1-w1.csv")
+    assert len(requests) >= 5 and all(row["error"] == "" for row in requests)
+    assert [g for g in zero_sleeps if g is user._greenlet] == [], "Locust's wait yielded after a request that had yielded"
+    # a task that sent nothing: the wait yields as Locust's does
+    user.wire.yielded = False
+    user._sleep_between_tasks(0)
+    assert zero_sleeps[-1] is gevent.getcurrent()

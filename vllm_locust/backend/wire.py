@@ -48,6 +48,7 @@ class WireClock:
         self.sent_at_s = 0.0  # unix seconds
         self.sent_perf_s = 0.0
         self.yield_before_send = yield_before_send
+        self.yielded = False  # set at the yield before a send; the user's wait between tasks clears it
 
     def on_request_started(self) -> None:
         """Before the SDK call: a request that fails before reaching the wire still has a start."""
@@ -60,6 +61,7 @@ class WireClock:
         if name == self.SEND_EVENT:
             if self.yield_before_send:
                 time.sleep(0)  # the others ready now build theirs first (see the module's docstring)
+                self.yielded = True
             self.stamp_send()
 
     def active(self) -> "WireClock":

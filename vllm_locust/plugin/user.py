@@ -15,7 +15,7 @@ import weakref
 
 import gevent
 from gevent import GreenletExit
-from locust import User, constant, task
+from locust import TaskSet, User, constant, task
 from locust.exception import StopUser
 
 from ..backend.client import ServerCheckError, classify, connection_refused, is_client_error, retry_after_s
@@ -87,6 +87,21 @@ class ChatStreamUser(User):
         self.sessions_of: LoadContext | None = None  # the context whose source was last asked ...
         self.sessions = False  # ... whether it plays conversations (checked once per context)
         self._view = None if self.persona is None else OptionsView(self.environment, self.persona.overrides)
+        taskset = getattr(self, "_taskset_instance", None)  # Locust's, made before ``on_start`` (``User.run``)
+        if taskset is not None and type(taskset)._sleep is TaskSet._sleep:
+            taskset._sleep = self._sleep_between_tasks
+
+    def _sleep_between_tasks(self, seconds: float) -> None:
+        """Locust's sleep between two tasks (``TaskSet.wait``; its stop checks around it stay),
+        without its yield when there is nothing to wait (``constant(0)``) and the task has just
+        given the others their turn: its request yielded before its send (``WireClock``). One trip
+        through the event loop less per request (issue 25); a task that sent nothing still yields."""
+        wire = self.wire
+        if seconds <= 0 and wire.yielded:
+            wire.yielded = False
+            return
+        wire.yielded = False
+        gevent.sleep(seconds)
 
     def _client_for(self, ctx: LoadContext):
         """This user's client, rebuilt when the host, key or timeouts change (web UI runs)."""
