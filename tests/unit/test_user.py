@@ -344,3 +344,30 @@ def test_between_two_requests_a_user_yields_once_not_twice(fake_server, tmp_path
     user.wire.yielded = False
     user._sleep_between_tasks(0)
     assert zero_sleeps[-1] is gevent.getcurrent()
+
+
+def test_a_user_killed_while_waiting_its_turn_to_send_leaves_no_row(fake_server, tmp_path):
+    """The run's stop queues a kill for every user; a user whose stream ended in the same turn of
+    the loop went on to build its next request and was killed parked in the yield before its send:
+    a request not one byte of which left, recorded as interrupted, one more row than the server's
+    requests (a two-process dataset run: 1614 rows for 1610 requests; paired mode: a pair of one,
+    its second leg never started)."""
+    import gevent
+
+    fake_server.configure(ttft_ms=5, itl_ms=1, tokens=2)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=2)
+    user = ChatStreamUser(env)
+    user.on_start()
+
+    def two_requests():
+        user.stream_completion()
+        user.stream_completion()
+
+    greenlet = gevent.spawn(two_requests)
+    # the stop's kill, queued while the first request ends (gevent delivers a kill in a callback)
+    env.events.request.add_listener(lambda name, **kw: name == "E2E" and greenlet.kill(block=False))
+    greenlet.join(timeout=30)
+    assert greenlet.dead and len(fake_server.log()) == 1, "one request reached the server"
+    VllmPlugin.of(env).recording.close()
+    rows = read_csv(tmp_path / "requests-r1-w1.csv")
+    assert [row["error"] for row in rows] == [""], "one row: the request that was sent"

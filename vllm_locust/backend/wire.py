@@ -49,9 +49,11 @@ class WireClock:
         self.sent_perf_s = 0.0
         self.yield_before_send = yield_before_send
         self.yielded = False  # set at the yield before a send; the user's wait between tasks clears it
+        self.waiting_to_send = False  # parked in that yield: a user killed there sent nothing
 
     def on_request_started(self) -> None:
         """Before the SDK call: a request that fails before reaching the wire still has a start."""
+        self.waiting_to_send = False
         self.stamp_send()
 
     def stamp_send(self) -> None:
@@ -60,8 +62,9 @@ class WireClock:
     def trace(self, name: str, info: dict) -> None:
         if name == self.SEND_EVENT:
             if self.yield_before_send:
+                self.waiting_to_send = True  # stays set if the greenlet is killed in the yield
                 time.sleep(0)  # the others ready now build theirs first (see the module's docstring)
-                self.yielded = True
+                self.waiting_to_send, self.yielded = False, True
             self.stamp_send()
 
     def active(self) -> "WireClock":

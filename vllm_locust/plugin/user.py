@@ -267,6 +267,8 @@ class ChatStreamUser(User):
                 raise StreamError(f"stream finished ({result.finish_reason}) without any content",
                                   Outcome.STREAM_INCOMPLETE)
         except GreenletExit:
+            if wire.waiting_to_send:  # killed in its turn's wait, before its first byte: no request, no row
+                raise
             # The run stopped mid-stream: keep the row (its TTFT was counted), marked as interrupted.
             # Nothing raised while recording it may replace the kill: a user that raised a disk
             # error here outlived its run (the recorder itself never raises OSError).
@@ -299,6 +301,8 @@ class ChatStreamUser(User):
             with wire.active():
                 reply = request.api.call(client, request.body)
         except GreenletExit:
+            if wire.waiting_to_send:
+                raise
             try:
                 finish(None, INTERRUPTED_FAILURE)
             except Exception:  # noqa: BLE001 - a bug in recording; the kill still goes through
