@@ -259,8 +259,8 @@ def test_idle_formatting_writes_what_formatting_at_once_writes(tmp_path):
     assert len(_written(tmp_path / "b" / "requests-r-w.csv")) == 1 + 6
 
 
-def test_records_that_end_together_are_formatted_in_one_idle_moment(tmp_path, monkeypatch):
-    """Woken per record, the formatter took two trips through the loop per request (issue 25)."""
+def _counting_idle_formatter(tmp_path, monkeypatch):
+    """A recorder formatting when idle, and the list its idle moments (``gevent.idle`` calls) go to."""
     import gevent
 
     from vllm_locust.plugin import recorder as recorder_module
@@ -270,6 +270,14 @@ def test_records_that_end_together_are_formatted_in_one_idle_moment(tmp_path, mo
     monkeypatch.setattr(recorder_module.gevent, "idle", lambda: idles.append(1) or real_idle())
     rec = SampleRecorder(tmp_path, "w")
     rec.format_when_idle()
+    return rec, idles
+
+
+def test_records_that_end_together_are_formatted_in_one_idle_moment(tmp_path, monkeypatch):
+    """Woken per record, the formatter took two trips through the loop per request (issue 25)."""
+    from vllm_locust.plugin import recorder as recorder_module
+
+    rec, idles = _counting_idle_formatter(tmp_path, monkeypatch)
     for burst in range(3):
         for record in _records(40):  # a wave's streams end in one instant
             rec.record(record)
@@ -283,17 +291,11 @@ def test_records_that_end_together_are_formatted_in_one_idle_moment(tmp_path, mo
 
 
 def test_a_slice_stops_at_its_rows_and_the_next_idle_moment_goes_on(tmp_path, monkeypatch):
-    import gevent
-
     from vllm_locust.plugin import recorder as recorder_module
 
     per_record = len(_records(1)[0].samples) + 1
     monkeypatch.setattr(recorder_module, "SLICE_ROWS", 2 * per_record)
-    idles = []
-    real_idle = gevent.idle
-    monkeypatch.setattr(recorder_module.gevent, "idle", lambda: idles.append(1) or real_idle())
-    rec = SampleRecorder(tmp_path, "w")
-    rec.format_when_idle()
+    rec, idles = _counting_idle_formatter(tmp_path, monkeypatch)
     for record in _records(7):
         rec.record(record)
     _wait_formatted(rec)
