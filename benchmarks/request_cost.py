@@ -10,6 +10,7 @@ the top functions by own time.
 
     python benchmarks/request_cost.py --users 8 --repeat 3 [--profile out/profile.txt]
     python benchmarks/request_cost.py --wave 64   # the spread of send stamps within closed-loop waves
+    python benchmarks/request_cost.py --client floor   # the same for request_floor.py's bare sockets
 
 ``--wave N``: N users, fixed 64-token replies at the mock's exact timing (TTFT 100 ms, ITL 5 ms), so
 every stream of a wave ends in the same instant and the next wave's N requests start together; the
@@ -75,12 +76,22 @@ def completed_requests(out: str) -> list[tuple[float, float]]:
             for row in request_rows(out) if row.get("kind", "ok") == "ok" and row.get("e2e_ms")]
 
 
-def run(server, users: int, tokens: int, duration_s: int, profile: str | None = None) -> dict:
-    """One locust run; CPU per completed request inside the steady window (first and last 20% cut)."""
+def floor_command(server, users: int, duration_s: int, out: str, tokens: int) -> list[str]:
+    """``request_floor.py`` (bare gevent sockets, nothing parsed or recorded) in Locust's place."""
+    return [sys.executable, str(ROOT / "benchmarks" / "request_floor.py"), "--host", server.url, "--users",
+            str(users), "--duration", str(duration_s), "--max-tokens", str(tokens), "--out", out]
+
+
+def run(server, users: int, tokens: int, duration_s: int, profile: str | None = None, client: str = "suite") -> dict:
+    """One locust run (or the floor client's); CPU per completed request inside the steady window
+    (first and last 20% cut)."""
     server.configure(ttft_ms=5.0, itl_ms=2.0 if tokens > 2 else 1.0, tokens=tokens)
     with tempfile.TemporaryDirectory() as out:
-        cmd = locust_command(server, users, duration_s, out, "-r", str(users), "--max-tokens", str(tokens),
-                             "--prompt-tokens", "64", "--prompt-pool", "64")
+        if client == "floor":
+            cmd = floor_command(server, users, duration_s, out, tokens)
+        else:
+            cmd = locust_command(server, users, duration_s, out, "-r", str(users), "--max-tokens", str(tokens),
+                                 "--prompt-tokens", "64", "--prompt-pool", "64")
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         spy = None
         trace: list[tuple[float, float]] = []
@@ -204,6 +215,8 @@ def main() -> None:
     parser.add_argument("--wave", type=int, default=0, help="measure the send spread of closed-loop waves of N users instead")
     parser.add_argument("--burst", type=int, default=0, help="measure bursts of N requests due in the same instant instead")
     parser.add_argument("--profile", help="py-spy raw profile of one short run here (and its top entries printed)")
+    parser.add_argument("--client", choices=("suite", "floor"), default="suite",
+                        help="floor: request_floor.py's bare gevent sockets in Locust's place (what any client on gevent pays)")
     args = parser.parse_args()
     server = start_process()
     if args.burst:
@@ -224,14 +237,15 @@ def main() -> None:
     try:
         for i in range(args.repeat):
             short.append(run(server, args.users, args.short, args.duration,
-                             args.profile if (args.profile and i == 0) else None))
-            long_.append(run(server, args.users, args.long, args.duration))
+                             args.profile if (args.profile and i == 0) else None, args.client))
+            long_.append(run(server, args.users, args.long, args.duration, client=args.client))
             print(short[-1], long_[-1], file=sys.stderr, flush=True)
     finally:
         server.stop()
     per_chunk = [(b["us_per_request"] - a["us_per_request"]) / (args.long - args.short) for a, b in zip(short, long_)]
     per_request = [a["us_per_request"] - args.short * c for a, c in zip(short, per_chunk)]
-    print(f"users {args.users}; per request (fixed) us: {', '.join(f'{v:.0f}' for v in per_request)} "
+    label = "" if args.client == "suite" else f"{args.client}: "
+    print(f"{label}users {args.users}; per request (fixed) us: {', '.join(f'{v:.0f}' for v in per_request)} "
           f"(median {statistics.median(per_request):.0f}); per chunk us: {', '.join(f'{v:.1f}' for v in per_chunk)} "
           f"(median {statistics.median(per_chunk):.1f}); {args.short}-token request, all in, us: "
           f"{', '.join(format(a['us_per_request'], '.0f') for a in short)}")

@@ -9,7 +9,8 @@
 #   git archive --format=tar.gz -o .gpu-stage/before.tar.gz <commit>
 # On the device (carry .gpu-stage): LIMIT=470 OUT=$OUT bash benchmarks/gpu/request_cost_ab.sh
 # Writes $OUT/host.txt: the machine, then one line per run ("before: ..." / "src: ..."); runs start
-# until LIMIT seconds have passed; PROFILE=1 adds one py-spy profiled run of this tree.
+# until LIMIT seconds have passed; PROFILE=1 adds one py-spy profiled run of this tree. RUNS names the
+# runs of a round (default "before src"; "floor": this tree's request_floor.py, bare gevent sockets).
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
@@ -21,10 +22,11 @@ export PYTHONPATH=/tmp/site
 [ -d /tmp/before ] || { mkdir -p /tmp/before && tar xzf .gpu-stage/before.tar.gz -C /tmp/before; }
 { nproc; grep -m1 "model name" /proc/cpuinfo; python3 --version; uptime; } > "$out/host.txt"
 while :; do
-  for t in before src; do
+  for t in ${RUNS:-before src}; do
     [ $(( $(date +%s) - T0 )) -gt "${LIMIT:-470}" ] && break 2
     d=$PWD; [ $t = before ] && d=/tmp/before
-    echo "$t: $(cd "$d" && python3 benchmarks/request_cost.py --users 16 --repeat 1 2>&1 | tail -1)" | tee -a "$out/host.txt"
+    client=""; [ $t = floor ] && client="--client floor"  # an earlier tree's request_cost.py has no --client
+    echo "$t: $(cd "$d" && python3 benchmarks/request_cost.py --users 16 --repeat 1 $client 2>&1 | tail -1)" | tee -a "$out/host.txt"
   done
 done
 if [ -n "${PROFILE:-}" ]; then
