@@ -26,7 +26,8 @@ while :; do
     [ $(( $(date +%s) - T0 )) -gt "${LIMIT:-470}" ] && break 2
     d=$PWD; [ $t = before ] && d=/tmp/before
     client=""; [ $t = floor ] && client="--client floor"  # an earlier tree's request_cost.py has no --client
-    echo "$t: $(cd "$d" && python3 benchmarks/request_cost.py --users 16 --repeat 1 $client 2>&1 | tail -1)" | tee -a "$out/host.txt"
+    line=$(cd "$d" && python3 benchmarks/request_cost.py --users 16 --repeat 1 $client 2>&1 | tail -1)
+    echo "$t: ${line#floor: }" | tee -a "$out/host.txt"  # the floor's own line names it already
   done
 done
 if [ -n "${PROFILE:-}" ]; then
