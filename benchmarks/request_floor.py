@@ -70,6 +70,8 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="folder for requests-floor.csv")
     args = parser.parse_args()
     url = urlsplit(args.host)
+    if url.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise SystemExit(f"request_floor.py: --host {args.host}: load goes to a loopback mock only")
     with urllib.request.urlopen(f"{args.host}/v1/models", timeout=10) as reply:
         model = json.load(reply)["data"][0]["id"]
     request = chat_request(url.hostname, url.port, model, args.max_tokens, args.prompt_words)
