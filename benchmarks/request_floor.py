@@ -21,12 +21,16 @@ import argparse  # noqa: E402
 import csv  # noqa: E402
 import json  # noqa: E402
 import socket  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 import urllib.request  # noqa: E402
 from pathlib import Path  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
 import gevent  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from vllm_locust.plugin.websecurity import is_loopback  # noqa: E402  (no Locust loaded)
 
 LAST_CHUNK = b"\r\n0\r\n\r\n"  # the chunked body's end: the previous chunk's CRLF, size 0, CRLF
 
@@ -70,7 +74,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="folder for requests-floor.csv")
     args = parser.parse_args()
     url = urlsplit(args.host)
-    if url.hostname not in ("127.0.0.1", "localhost", "::1"):
+    if not is_loopback(url.hostname or ""):
         raise SystemExit(f"request_floor.py: --host {args.host}: load goes to a loopback mock only")
     with urllib.request.urlopen(f"{args.host}/v1/models", timeout=10) as reply:
         model = json.load(reply)["data"][0]["id"]
