@@ -11,6 +11,8 @@ the top functions by own time.
     python benchmarks/request_cost.py --users 8 --repeat 3 [--profile out/profile.txt]
     python benchmarks/request_cost.py --wave 64   # the spread of send stamps within closed-loop waves
     python benchmarks/request_cost.py --client floor   # the same for request_floor.py's bare sockets
+    python benchmarks/request_cost.py --pin   # the client on one CPU, the mock on others (another core)
+    python benchmarks/request_cost.py --root /tmp/before   # an earlier tree's suite, measured the same way
 
 ``--wave N``: N users, fixed 64-token replies at the mock's exact timing (TTFT 100 ms, ITL 5 ms), so
 every stream of a wave ends in the same instant and the next wave's N requests start together; the
@@ -39,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+SUITE = ROOT  # the tree whose locustfile runs (``--root``: an earlier commit's, measured by this script)
 from vllm_locust.mock.server import start_process  # noqa: E402
 
 TICK_S = os.sysconf("SC_CLK_TCK")
@@ -65,7 +68,7 @@ def request_rows(out: str):
 
 def locust_command(server, users: int, duration_s: int, out: str, *workload: str) -> list[str]:
     """``locust --headless`` on the project's locustfile against the mock, raw rows into ``out``."""
-    return [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+    return [sys.executable, "-m", "locust", "-f", str(SUITE / "locustfile.py"), "--host", server.url,
             "--headless", "-u", str(users), "-t", f"{duration_s}s", "--only-summary", *workload,
             "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING"]
 
@@ -82,9 +85,44 @@ def floor_command(server, users: int, duration_s: int, out: str, tokens: int) ->
             str(users), "--duration", str(duration_s), "--max-tokens", str(tokens), "--out", out]
 
 
-def run(server, users: int, tokens: int, duration_s: int, profile: str | None = None, client: str = "suite") -> dict:
+def siblings(cpu: int) -> set[int]:
+    """``cpu`` and the CPUs that share its core (SMT threads), as the kernel lists them."""
+    try:
+        text = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+    except OSError:
+        return {cpu}
+    found: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        found.update(range(int(lo), int(hi or lo) + 1))
+    return found | {cpu}
+
+
+def pinning() -> tuple[set[int], set[int]]:
+    """``--pin``: the client's one CPU (the last this process may use) and the mock's (every other
+    allowed CPU but that one's core siblings), so that neither shares a core with the other: on a
+    many-core host, where the two landed otherwise moved one tree's cost by a third from run to run."""
+    allowed = sorted(os.sched_getaffinity(0))
+    client = allowed[-1]
+    mock = set(allowed) - siblings(client)
+    if not mock:
+        raise SystemExit("--pin needs at least two cores")
+    return {client}, mock
+
+
+def pin_process(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` on ``cpus`` (threads it starts later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass  # a thread that ended meanwhile
+
+
+def run(server, users: int, tokens: int, duration_s: int, profile: str | None = None, client: str = "suite",
+        cpus: set[int] | None = None) -> dict:
     """One locust run (or the floor client's); CPU per completed request inside the steady window
-    (first and last 20% cut)."""
+    (first and last 20% cut); ``cpus``: the client's, set before it starts (``--pin``)."""
     server.configure(ttft_ms=5.0, itl_ms=2.0 if tokens > 2 else 1.0, tokens=tokens)
     with tempfile.TemporaryDirectory() as out:
         if client == "floor":
@@ -92,7 +130,9 @@ def run(server, users: int, tokens: int, duration_s: int, profile: str | None = 
         else:
             cmd = locust_command(server, users, duration_s, out, "-r", str(users), "--max-tokens", str(tokens),
                                  "--prompt-tokens", "64", "--prompt-pool", "64")
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+        proc = subprocess.Popen(cmd, cwd=SUITE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=pin)
         spy = None
         trace: list[tuple[float, float]] = []
         while proc.poll() is None:
@@ -150,7 +190,7 @@ def wave_spread(server, users: int, duration_s: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         cmd = locust_command(server, users, duration_s, out, "-r", str(users), "--max-tokens", "64",
                              "--prompt-tokens", "64", "--prompt-pool", "64")
-        subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(cmd, cwd=SUITE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         sends = sends_by_number(out)
     blocks = [sends[i:i + users] for i in range(2 * users, len(sends) - users + 1, users)]
     spans = [(max(b) - min(b)) * 1000 for b in blocks]
@@ -175,7 +215,7 @@ def burst_spread(server, users: int, bursts: int = 15) -> dict:
                                  for b in range(bursts) for i in range(users)))
         cmd = locust_command(server, users, bursts + 20, out, "--workload", "trace", "--dataset-path", str(trace),
                              "--trace-block-tokens", "64")
-        subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(cmd, cwd=SUITE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         by_due: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
         for row in request_rows(out):
             if row.get("intended_at_s") and row.get("lateness_ms"):
@@ -217,8 +257,18 @@ def main() -> None:
     parser.add_argument("--profile", help="py-spy raw profile of one short run here (and its top entries printed)")
     parser.add_argument("--client", choices=("suite", "floor"), default="suite",
                         help="floor: request_floor.py's bare gevent sockets in Locust's place (what any client on gevent pays)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the client on one CPU, the mock on the others but that CPU's core (sched_setaffinity)")
+    parser.add_argument("--root", default=str(ROOT), help="the tree whose suite runs (default: this one)")
     args = parser.parse_args()
+    global SUITE
+    SUITE = Path(args.root).resolve()
     server = start_process()
+    client_cpus = None
+    if args.pin:
+        client_cpus, mock_cpus = pinning()
+        pin_process(server.proc.pid, mock_cpus)
+        print(f"pinned: client on CPU {min(client_cpus)}, mock on {len(mock_cpus)} CPUs", file=sys.stderr, flush=True)
     if args.burst:
         try:
             for _ in range(args.repeat):
@@ -237,14 +287,14 @@ def main() -> None:
     try:
         for i in range(args.repeat):
             short.append(run(server, args.users, args.short, args.duration,
-                             args.profile if (args.profile and i == 0) else None, args.client))
-            long_.append(run(server, args.users, args.long, args.duration, client=args.client))
+                             args.profile if (args.profile and i == 0) else None, args.client, client_cpus))
+            long_.append(run(server, args.users, args.long, args.duration, client=args.client, cpus=client_cpus))
             print(short[-1], long_[-1], file=sys.stderr, flush=True)
     finally:
         server.stop()
     per_chunk = [(b["us_per_request"] - a["us_per_request"]) / (args.long - args.short) for a, b in zip(short, long_)]
     per_request = [a["us_per_request"] - args.short * c for a, c in zip(short, per_chunk)]
-    label = "" if args.client == "suite" else f"{args.client}: "
+    label = ("" if args.client == "suite" else f"{args.client}: ") + ("pinned: " if args.pin else "")
     print(f"{label}users {args.users}; per request (fixed) us: {', '.join(f'{v:.0f}' for v in per_request)} "
           f"(median {statistics.median(per_request):.0f}); per chunk us: {', '.join(f'{v:.1f}' for v in per_chunk)} "
           f"(median {statistics.median(per_chunk):.1f}); {args.short}-token request, all in, us: "

@@ -10,7 +10,8 @@
 # On the device (carry .gpu-stage): LIMIT=470 OUT=$OUT bash benchmarks/gpu/request_cost_ab.sh
 # Writes $OUT/host.txt: the machine, then one line per run ("before: ..." / "src: ..."); runs start
 # until LIMIT seconds have passed; PROFILE=1 adds one py-spy profiled run of this tree. RUNS names the
-# runs of a round (default "before src"; "floor": this tree's request_floor.py, bare gevent sockets).
+# runs of a round (default "before src"; "floor": this tree's request_floor.py, bare gevent sockets;
+# a ":pin" suffix, e.g. "before:pin src:pin": request_cost.py --pin, client and mock on other cores).
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
@@ -24,10 +25,12 @@ export PYTHONPATH=/tmp/site
 while :; do
   for t in ${RUNS:-before src}; do
     [ $(( $(date +%s) - T0 )) -gt "${LIMIT:-470}" ] && break 2
-    d=$PWD; [ $t = before ] && d=/tmp/before
-    client=""; [ $t = floor ] && client="--client floor"  # an earlier tree's request_cost.py has no --client
-    line=$(cd "$d" && python3 benchmarks/request_cost.py --users 16 --repeat 1 $client 2>&1 | tail -1)
-    echo "$t: ${line#floor: }" | tee -a "$out/host.txt"  # the floor's own line names it already
+    # this tree's request_cost.py measures every run; "before" runs the earlier tree's suite (--root)
+    args="--users 16 --repeat 1"
+    case $t in before*) args="$args --root /tmp/before";; floor*) args="$args --client floor";; esac
+    case $t in *:pin) args="$args --pin";; esac
+    line=$(python3 benchmarks/request_cost.py $args 2>&1 | tail -1)
+    line=${line#floor: }; echo "$t: ${line#pinned: }" | tee -a "$out/host.txt"  # labels the line once
   done
 done
 if [ -n "${PROFILE:-}" ]; then

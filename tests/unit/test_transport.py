@@ -659,3 +659,36 @@ def test_a_kept_alive_request_sets_no_socket_timeout(monkeypatch):
     assert server.connections == 1
     assert calls == [30.0, None], "the connect timeout, then none for the first head: nothing per request"
     server.close()
+
+
+@pytest.mark.parametrize("fields", [
+    [],
+    [("Content-Type", "text/event-stream; charset=utf-8")],
+    [("content-type", "application/json"), ("Content-Length", "12")],
+    [("Content-Type", "application/json"), ("Content-Type", "text/event-stream")],
+    [("Content-Type", "text/event-stream"), ("Content-Type", "application/json")],
+    [("Content-Type", "Text/Event-Stream")],
+    [("Content-Type", "")],
+    [("Content-Encoding", ""), ("Content-Type", "text/event-stream")],
+    [("Content-Encoding", "identity"), ("Content-Type", "application/json")],
+    [("Content-Encoding", " Identity ")],
+    [("Content-Type", "text/event-stream"), ("Content-Encoding", "gzip")],
+    [("X-A", "1"), ("content-encoding", "br"), ("Content-Type", "text/plain")],
+])
+def test_the_response_guard_decides_as_httpxs_own_header_lookups(fields):
+    """``guard_response`` reads httpx's header triples in C: the same refusal and the same cap as
+    httpx's own ``headers.get("content-encoding")`` and ``headers["content-type"]`` (repeated names
+    joined by ", "), for every mix of the two."""
+    from vllm_locust.backend.bounds import CappedStream, guard_response, refused_encoding
+
+    response = httpx2.Response(200, headers=fields, stream=httpx2.ByteStream(b"{}"),
+                               request=httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions"))
+    headers = httpx2.Headers(fields)
+    reason = refused_encoding(headers) if "content-encoding" in headers else None
+    capped = "content-type" not in headers or not headers["content-type"].startswith("text/event-stream")
+    if reason is not None:
+        with pytest.raises(httpx2.RemoteProtocolError, match="Content-Encoding"):
+            guard_response(response)
+        return
+    guard_response(response)
+    assert (type(response.stream) is CappedStream) == capped, (fields, capped)

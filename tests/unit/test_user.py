@@ -371,3 +371,24 @@ def test_a_user_killed_while_waiting_its_turn_to_send_leaves_no_row(fake_server,
     VllmPlugin.of(env).recording.close()
     rows = read_csv(tmp_path / "requests-r1-w1.csv")
     assert [row["error"] for row in rows] == [""], "one row: the request that was sent"
+
+
+def test_a_users_stream_limits_follow_the_options_between_requests(fake_server, tmp_path):
+    """The user keeps its ``StreamLimits`` from request to request (not one per request) and makes
+    them again when ``--max-event-bytes`` (a web UI run's option) or the request's max_tokens change."""
+    fake_server.configure(ttft_ms=1, itl_ms=1)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=3)
+    user = ChatStreamUser(env)
+    user.on_start()
+    user.stream_completion()
+    kept = user.limits
+    user.stream_completion()
+    assert user.limits is kept and (kept.max_tokens, kept.max_event_bytes) == (3, env.parsed_options.max_event_bytes)
+    env.parsed_options.max_event_bytes = 40  # below one chunk's event: the next request must fail on it
+    user.stream_completion()
+    env.parsed_options.max_event_bytes = kept.max_event_bytes
+    user.stream_completion()
+    VllmPlugin.of(env).recording.close()
+    rows = read_csv(tmp_path / "requests-r1-w1.csv")
+    assert [row["kind"] for row in rows] == ["ok", "ok", "event_too_large", "ok"], [row["kind"] for row in rows]
+    assert user.limits.max_event_bytes == kept.max_event_bytes

@@ -56,17 +56,22 @@ class CappedStream(httpx2.SyncByteStream):
 
 
 lowered_name = itemgetter(1)  # of httpx's (name, lowered name, value) header triples
+_lowered_and_value = itemgetter(1, 2)
 
 
 def guard_response(response: httpx2.Response, max_body_bytes: int = MAX_BODY_BYTES) -> None:
     """httpx response hook (headers in, body not yet read): refuse an encoding that is not identity;
     cap a body that is not an event stream (an event stream is bounded by the SSE decoder)."""
     headers = response.headers
-    names = set(map(lowered_name, headers._list))  # httpx's (name, lowered name, value): one lookup less each
-    reason = refused_encoding(headers) if b"content-encoding" in names else None
+    # httpx's (name, lowered name, value) triples as {lowered name: its first value}, made in C: the
+    # first value is where httpx's ``headers["content-type"]`` (values joined by ", ") starts, and
+    # its decoding is ASCII's for the prefix tested (one httpx lookup, ~150 bytecodes, less: issue 25)
+    first = dict(map(_lowered_and_value, reversed(headers._list)))
+    reason = refused_encoding(headers) if b"content-encoding" in first else None
     if reason is not None:
         raise httpx2.RemoteProtocolError(reason.removeprefix("bad response: "), request=response.request)
-    if b"content-type" not in names or not headers["content-type"].startswith("text/event-stream"):
+    content_type = first.get(b"content-type")
+    if content_type is None or not content_type.startswith(b"text/event-stream"):
         response.stream = CappedStream(response.stream, max_body_bytes)
 
 

@@ -83,6 +83,7 @@ class ChatStreamUser(User):
         self.spawned_perf_s = time.perf_counter()
         self.first_sent = False  # spawn-to-first-send is recorded once per user
         self.refusals = 0  # consecutive refused connections: the backoff's exponent
+        self.limits: StreamLimits | None = None  # the last request's (``_limits_for``)
         self.paired: tuple | None = None  # paired mode: (client settings, client, its own WireClock)
         self.sessions_of: LoadContext | None = None  # the context whose source was last asked ...
         self.sessions = False  # ... whether it plays conversations (checked once per context)
@@ -259,8 +260,7 @@ class ChatStreamUser(User):
             report.finish(request.record(report, timer, result, failure, end_perf_s, target))
 
         try:
-            limits = StreamLimits(request.max_tokens, int(getattr(self.options, "max_event_bytes",
-                                                                  DEFAULT_MAX_EVENT_BYTES)))
+            limits = self._limits_for(request.max_tokens)
             with wire.active():
                 request.api.stream(client, request.body, on_content, result, limits)
             if not result.content_times_s:
@@ -316,6 +316,15 @@ class ChatStreamUser(User):
             return connection_refused(err), retry_after_s(err), False
         finish(reply, None)
         return False, None, True
+
+    def _limits_for(self, max_tokens: int | None) -> StreamLimits:
+        """This request's ``StreamLimits``, kept while ``max_tokens`` and ``--max-event-bytes`` (a web
+        UI run may change it) stay the same: not a frozen dataclass built per request (issue 25)."""
+        max_event_bytes = int(getattr(self.options, "max_event_bytes", DEFAULT_MAX_EVENT_BYTES))
+        limits = self.limits
+        if limits is None or limits.max_tokens != max_tokens or limits.max_event_bytes != max_event_bytes:
+            limits = self.limits = StreamLimits(max_tokens, max_event_bytes)
+        return limits
 
     def _note_first_send(self, arrival: Arrival | None, info: RequestInfo) -> None:
         """spawn-to-send measures a closed-loop user's start; an open-loop user waits for its arrival."""
