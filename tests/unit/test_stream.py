@@ -172,3 +172,31 @@ def test_an_event_over_the_size_limit_is_its_own_kind():
     with pytest.raises(StreamError) as caught:
         read_stream(Body(), limits=StreamLimits(max_tokens=8, max_event_bytes=1024))
     assert caught.value.kind.value == "event_too_large" and str(caught.value).startswith("event over"), caught.value
+
+
+@pytest.mark.parametrize("fields", [
+    [], [("Content-Type", "text/event-stream")], [("Content-Encoding", "identity")], [("content-encoding", " Identity ")],
+    [("Content-Encoding", "gzip")], [("X-Content-Encoding", "gzip")], [("Content-Encoding", "")],
+    [("Content-Type", "text/event-stream"), ("CONTENT-ENCODING", "br")],
+])
+def test_identity_only_decides_on_httpx_headers_as_on_any_mapping(fields):
+    """``identity_only`` reads httpx's header triples in C when it is given httpx headers: the same
+    refusal (or none) as through the ``get`` of any other mapping of the same headers."""
+    import httpx2
+
+    from vllm_locust.core.stream import identity_only
+
+    class Plain(dict):  # no httpx triples: the lookup by name
+        def get(self, name, default=None):
+            return super().get(name.lower(), default)
+
+    def outcome(headers):
+        try:
+            identity_only(headers)
+        except StreamError as err:
+            return str(err)
+        return None
+
+    plain = Plain({name.lower(): value for name, value in fields})
+    assert outcome(httpx2.Headers(fields)) == outcome(plain)
+    assert (outcome(plain) is None) == all(v.strip().lower() in ("", "identity") for n, v in fields if n.lower() == "content-encoding")

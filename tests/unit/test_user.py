@@ -392,3 +392,43 @@ def test_a_users_stream_limits_follow_the_options_between_requests(fake_server, 
     rows = read_csv(tmp_path / "requests-r1-w1.csv")
     assert [row["kind"] for row in rows] == ["ok", "ok", "event_too_large", "ok"], [row["kind"] for row in rows]
     assert user.limits.max_event_bytes == kept.max_event_bytes
+
+
+def _stats_of(env):
+    """Locust's per-metric entries and total as plain values (what its stats and --csv show)."""
+    def entry(e):
+        return (e.num_requests, e.num_failures, e.num_none_requests, e.total_content_length,
+                sum(e.response_times.values()), round(e.total_response_time, 9))
+    return {key: entry(e) for key, e in env.stats.entries.items()}, entry(env.stats.total)
+
+
+def test_samples_reach_locusts_stats_the_same_with_and_without_other_listeners(fake_server, tmp_path):
+    """With Locust's runner as the request event's only listener, a sample goes straight to its
+    ``log_request`` (``buckets.sample_log``); the stats come out as when the event is fired. A
+    listener added between requests gets every sample from the next request on."""
+    from vllm_locust.plugin.buckets import requests_only_total, sample_log
+
+    fake_server.configure(ttft_ms=1, itl_ms=1)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=4)
+    env.events.request.remove_listener(env.events.request._handlers[0])  # make_env's listener
+    runner = env.create_local_runner()
+    requests_only_total(env.stats)  # as the plugin's init does: the total counts E2E only
+    assert sample_log(env) is env.stats.log_request
+    user = ChatStreamUser(env)
+    user.on_start()
+    for _ in range(3):
+        user.stream_completion()
+    direct = _stats_of(env)
+    env.stats.clear_all()
+    env.events.request.add_listener(lambda **kw: fired.append(kw))
+    assert sample_log(env) is None
+    for _ in range(3):
+        user.stream_completion()
+    VllmPlugin.of(env).recording.close()
+    runner.quit()
+    by_event = _stats_of(env)
+    # the values are other requests' timings; the counts, lengths and histogram sizes must agree
+    assert {k: v[:5] for k, v in direct[0].items()} == {k: v[:5] for k, v in by_event[0].items()}
+    assert direct[1][:5] == by_event[1][:5] and direct[1][0] == 3
+    assert set(direct[0]) == {("TTFT", "chat"), ("ITL", "chat"), ("E2E", "chat"), ("TPOT", "chat")}
+    assert direct[0][("ITL", "chat")][0] == 9 and len(by_name(fired, "ITL")) == 9 and len(by_name(fired, "E2E")) == 3

@@ -2,7 +2,8 @@
 
 One ``events.request.fire`` per sample (``name`` is the metric, so TTFT/ITL/TPOT/E2E are rows of
 Locust's stats and ``--csv`` files; ``response_length`` is the tokens the sample covers). The
-keyword arguments that do not change within a request are built once. Warm-up samples are
+keyword arguments that do not change within a request are built once. While the runner's own
+listener is the event's only one, a sample goes straight to what that listener calls (``log``). Warm-up samples are
 recorded, labelled ``warmup``, but never reach Locust's stats: that is what discarding them means.
 Raw samples are kept as plain tuples and leave with the request's ``RequestRecord``, so a chunk
 costs a tuple and the recorder one checked write per request.
@@ -26,28 +27,40 @@ __all__ = ["RequestInfo", "RequestReport"]
 class RequestReport:
     """The samples of one request: fired to Locust as they come, kept for its record."""
 
-    __slots__ = ("info", "recorder", "rows", "_fire", "_event", "_measured", "_window", "_failures")
+    __slots__ = ("info", "recorder", "rows", "_fire", "_log", "_event", "_measured", "_window", "_failures")
 
-    def __init__(self, environment, recorder, info: RequestInfo, window=None, failures=None):
+    def __init__(self, environment, recorder, info: RequestInfo, window=None, failures=None, log=None):
         """``window``: the live charts' values (``add(metric, ms)``); ``failures``: the run's
-        failures by kind (``add(Outcome)``, ``plugin.completion.FailureKinds``)."""
+        failures by kind (``add(Outcome)``, ``plugin.completion.FailureKinds``); ``log``: the
+        stats' ``log_request(request_type, name, ms, length)`` when the request event's only
+        listener is the runner's own, which does just that for a sample (``buckets.sample_log``):
+        a sample then skips the event's dispatch. Failures are always fired."""
         self.info = info
         self._failures = failures
         self.recorder = recorder
         self.rows: list[tuple] = []  # (metric, value_ms, end_perf_s, tokens)
         self._fire = environment.events.request.fire
+        self._log = log
         self._measured = info.labels.phase == MEASURED
         # The live charts' raw values (``client_window``): measured samples only, as Locust's stats.
         self._window = window.add if window is not None and self._measured else None
-        self._event = dict(request_type=info.request_type, exception=None,
-                           context={"request_id": info.request_id, "worker_id": info.worker_id,
-                                    "run_id": info.labels.run_id})
+        self._event = None if log is not None else self._event_fields()
+
+    def _event_fields(self) -> dict:
+        """The request event's keyword arguments that are the same for every sample of the request."""
+        info = self.info
+        return dict(request_type=info.request_type, exception=None,
+                    context={"request_id": info.request_id, "worker_id": info.worker_id, "run_id": info.labels.run_id})
 
     def sample(self, metric: str, value_ms: float, end_perf_s: float, tokens: int | None = None) -> None:
         if self.recorder is not None:
             self.rows.append((metric, value_ms, end_perf_s, tokens))
         if self._measured:
-            self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens, **self._event)
+            if self._log is not None:
+                self._log(self.info.request_type, metric, value_ms, 1 if tokens is None else tokens)
+            else:
+                self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens,
+                           **self._event)
             if self._window is not None:
                 self._window(metric, value_ms)
 
@@ -56,8 +69,8 @@ class RequestReport:
         Its time stays out of Locust's E2E percentiles (``response_time=None``: counted, not
         timed): a dead server's instant refusals had pulled them to 0 ms. The row keeps it."""
         if self._measured:
-            self._fire(**{**self._event, "name": E2E, "response_time": None, "response_length": 0,
-                          "exception": exception})
+            self._fire(**{**(self._event or self._event_fields()), "name": E2E, "response_time": None,
+                          "response_length": 0, "exception": exception})
             if self._failures is not None:
                 self._failures.add(getattr(exception, "kind", Outcome.OTHER))
 
@@ -94,7 +107,11 @@ class RequestReport:
                 self._measured_sample(metric, value, getattr(record, tokens))
 
     def _measured_sample(self, metric: str, value_ms: float, tokens: int | None) -> None:
-        self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens, **self._event)
+        if self._log is not None:
+            self._log(self.info.request_type, metric, value_ms, 1 if tokens is None else tokens)
+        else:
+            self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens,
+                       **self._event)
         if self._window is not None:
             self._window(metric, value_ms)
 

@@ -28,6 +28,7 @@ from ..core.reporting import RequestReport
 from ..core.sse import DEFAULT_MAX_EVENT_BYTES
 from ..core.stream import StreamError, StreamLimits, StreamResult
 from . import attach
+from .buckets import sample_log
 from .completion import FailureKinds
 from .context import LoadContext
 from .options import embedding_batch_size
@@ -224,8 +225,9 @@ class ChatStreamUser(User):
 
     def _report(self, request: "_Request", wire: WireClock, target: str) -> RequestReport:
         plugin = self.plugin
-        return RequestReport(self.environment, plugin.recording.recorder, self._info(request, wire, target),
-                             plugin.view.window, self.failure_kinds)
+        environment = self.environment
+        return RequestReport(environment, plugin.recording.recorder, self._info(request, wire, target),
+                             plugin.view.window, self.failure_kinds, sample_log(environment))
 
     def _leg(self, request: "_Request", client, wire: WireClock, target: str,
              result: StreamResult | None = None) -> tuple[bool, float | None, bool]:
