@@ -67,3 +67,23 @@ def test_one_token_stream_has_ttft_and_e2e_but_no_itl_and_no_tpot():
 def test_no_content_has_no_metrics():
     measured = StreamTimer(0.0).finish(0)
     assert (measured.ttft_ms, measured.e2e_ms, measured.tpot_ms) == (None, None, None), "nothing arrived: nothing measured"
+
+
+def test_a_timers_finish_is_its_properties_and_tpot_ms():
+    """``StreamTimer.finish`` computes in line what ``ttft_ms``, ``e2e_ms`` and ``tpot_ms`` give, to the bit."""
+    import random
+
+    from vllm_locust.core.metrics import StreamTimer, tpot_ms
+
+    rng = random.Random(25)
+    for _ in range(500):
+        timer = StreamTimer(rng.uniform(0, 1e6))
+        t = timer.sent_s
+        for _ in range(rng.randint(1, 6)):
+            t += rng.expovariate(50.0)
+            timer.content(t)
+        tokens = rng.choice([None, 0, 1, 2, 7, 1000])
+        got = timer.finish(tokens)
+        n = tokens if tokens is not None else timer.chunks
+        assert (got.ttft_ms, got.e2e_ms) == (timer.ttft_ms, timer.e2e_ms)
+        assert got.tpot_ms == tpot_ms(timer.e2e_ms, timer.ttft_ms, n)

@@ -81,6 +81,8 @@ class StreamTimer:
         """E2E and TPOT; ``output_tokens`` defaults to the content chunks (chunks are not always tokens)."""
         if self.first_s is None:
             return RequestMetrics(ttft_ms=None)
-        ttft, e2e = self.ttft_ms, self.e2e_ms
+        # ``ttft_ms``, ``e2e_ms`` and ``tpot_ms`` in line (once per request; the same arithmetic)
+        sent = self.sent_s
+        ttft, e2e = (self.first_s - sent) * 1000.0, (self.last_s - sent) * 1000.0
         tokens = output_tokens if output_tokens is not None else self.chunks
-        return RequestMetrics(ttft_ms=ttft, e2e_ms=e2e, tpot_ms=tpot_ms(e2e, ttft, tokens))
+        return RequestMetrics(ttft, e2e, None if tokens < 2 else (e2e - ttft) / (tokens - 1))
