@@ -115,3 +115,24 @@ def test_a_clock_stamps_only_requests_sent_inside_its_block():
     after = httpx2.Request("POST", "http://127.0.0.1:9/v1/x")
     wire.on_request(after)
     assert inside.extensions["trace"] == clock.trace and "trace" not in after.extensions
+
+
+def test_wire_request_takes_every_mix_of_sdk_arguments_apart():
+    """Every subset of ``create``'s SDK-only arguments: the body keeps its fields in order without
+    them, ``extra_body`` merged last (overriding), and the options carry exactly the ones given."""
+    import itertools
+
+    from vllm_locust.backend.endpoints import SDK_ONLY
+
+    values = {"extra_body": {"ignore_eos": True, "max_tokens": 3}, "extra_headers": {"X-Tenant": "a"},
+              "extra_query": {"q": "1"}, "timeout": 7.5}
+    option_of = {"extra_headers": "headers", "extra_query": "params", "timeout": "timeout"}
+    for n in range(len(SDK_ONLY) + 1):
+        for keys in itertools.permutations(SDK_ONLY, n):
+            body = endpoint("chat").body("m", 8, [{"role": "user", "content": "hi"}])
+            for key in keys:
+                body[key] = values[key]
+            content, options = wire_request(body)
+            expected = {k: v for k, v in body.items() if k not in SDK_ONLY} | (values["extra_body"] if "extra_body" in keys else {})
+            assert list(json.loads(content).items()) == list(expected.items()), keys
+            assert options == {"security": {"bearer_auth": True}} | {option_of[k]: values[k] for k in keys if k in option_of}, keys

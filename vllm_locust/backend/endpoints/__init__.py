@@ -23,7 +23,9 @@ except ImportError:  # pragma: no cover - orjson is in requirements.txt
 
 # ``create``'s keyword arguments that are not body fields (``wire_request`` takes them apart).
 SDK_ONLY = ("extra_body", "extra_headers", "extra_query", "timeout")
-_NO_SDK_ONLY = frozenset(SDK_ONLY).isdisjoint
+_SDK_ONLY_SET = frozenset(SDK_ONLY)
+_NO_SDK_ONLY = _SDK_ONLY_SET.isdisjoint
+_EXTRA_BODY_ONLY = {"extra_body"}
 # As ``create`` sends it: bearer auth (the SDK's own default would also try the admin key).
 _SECURITY = {"bearer_auth": True}
 
@@ -37,9 +39,12 @@ def wire_request(body: dict) -> tuple[bytes, dict]:
     if _NO_SDK_ONLY(body):  # no SDK argument among the body's keys (in C)
         return _dumps(body), {"security": _SECURITY}
     fields = dict(body)  # the body fields, in order: the SDK's arguments taken out, extra_body's merged last
-    for key in SDK_ONLY:
-        fields.pop(key, None)
+    present = _SDK_ONLY_SET.intersection(body)  # usually ``extra_body`` alone (``--ignore-eos``)
+    for key in present:
+        del fields[key]
     fields.update(body.get("extra_body") or {})
+    if present == _EXTRA_BODY_ONLY:
+        return _dumps(fields), {"security": _SECURITY}
     options: dict = {"security": _SECURITY}
     if body.get("extra_headers"):
         options["headers"] = body["extra_headers"]
