@@ -432,3 +432,19 @@ def test_samples_reach_locusts_stats_the_same_with_and_without_other_listeners(f
     assert direct[1][:5] == by_event[1][:5] and direct[1][0] == 3
     assert set(direct[0]) == {("TTFT", "chat"), ("ITL", "chat"), ("E2E", "chat"), ("TPOT", "chat")}
     assert direct[0][("ITL", "chat")][0] == 9 and len(by_name(fired, "ITL")) == 9 and len(by_name(fired, "E2E")) == 3
+
+
+@pytest.mark.parametrize("mode, fields", [("reasoning", ("ttfr_ms", "ttfa_ms", "reasoning_tokens", "answer_tokens")),
+                                          ("tool-call", ("tool_call_ms", "tool_args_ms", "tool_calls"))])
+def test_a_users_request_row_has_its_streams_events(fake_server, tmp_path, mode, fields):
+    """The user's record of a reasoning or tool-call stream carries its stream events (set after
+    the record is built: a plain stream's stay empty), in the request row and in Locust's stats."""
+    fake_server.configure(ttft_ms=1, itl_ms=1, mode=mode, reasoning_tokens=2)
+    env, fired = make_env(fake_server.url, tmp_path, max_tokens=5, tools="forced" if mode == "tool-call" else "none")
+    run_requests(env, n=2)
+    rows = read_csv(tmp_path / "requests-r1-w1.csv")
+    assert len(rows) == 2 and all(row["kind"] == "ok" for row in rows), rows
+    for row in rows:
+        assert all(row[name] != "" for name in fields), {name: row[name] for name in fields}
+    names = {"reasoning": ("TTFR", "TTFA"), "tool-call": ("TOOL_CALL", "TOOL_ARGS")}[mode]
+    assert all(len(by_name(fired, name)) == 2 for name in names), [e["name"] for e in fired]

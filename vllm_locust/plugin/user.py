@@ -363,7 +363,7 @@ class _Request:
         tokens = result.completion_tokens if result.completion_tokens is not None else result.content_chunks
         measured = timer.finish(tokens)
         arrival = self.arrival
-        return RequestRecord(
+        record = RequestRecord(
             info=info, endpoint=self.api.name, model=self.ctx.model, workload=self.ctx.spec.name,
             prompt_index=self.prompt.index, prompt_kind=self.prompt.kind, end_perf_s=end_perf_s,
             last_perf_s=timer.last_s, ttft_ms=measured.ttft_ms,
@@ -375,8 +375,11 @@ class _Request:
             intended_perf_s=None if arrival is None else arrival.intended_perf_s,
             queue_ms=None if arrival is None else arrival.queue_ms,
             target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "",
-            session_id=self.prompt.session_id or "", turn=self.prompt.turn, trimmed_turns=self.prompt.trimmed_turns,
-            **result.events(info.sent_perf_s))
+            session_id=self.prompt.session_id or "", turn=self.prompt.turn, trimmed_turns=self.prompt.trimmed_turns)
+        if result.parts is not None:  # reasoning or tool calls: the stream events' fields (a plain stream has none)
+            for name, value in result.events(info.sent_perf_s).items():
+                setattr(record, name, value)
+        return record
 
     def reply_record(self, report: RequestReport, reply, failure: Failure | None, end_perf_s: float,
                      target: str) -> RequestRecord:
