@@ -413,7 +413,7 @@ def test_samples_reach_locusts_stats_the_same_with_and_without_other_listeners(f
     env.events.request.remove_listener(env.events.request._handlers[0])  # make_env's listener
     runner = env.create_local_runner()
     requests_only_total(env.stats)  # as the plugin's init does: the total counts E2E only
-    assert sample_log(env) is env.stats.log_request
+    assert sample_log(env) == (env.stats.log_request, env.events.request._handlers)
     user = ChatStreamUser(env)
     user.on_start()
     for _ in range(3):
@@ -421,7 +421,7 @@ def test_samples_reach_locusts_stats_the_same_with_and_without_other_listeners(f
     direct = _stats_of(env)
     env.stats.clear_all()
     env.events.request.add_listener(lambda **kw: fired.append(kw))
-    assert sample_log(env) is None
+    assert sample_log(env) == (None, None)
     for _ in range(3):
         user.stream_completion()
     VllmPlugin.of(env).recording.close()
@@ -448,3 +448,79 @@ def test_a_users_request_row_has_its_streams_events(fake_server, tmp_path, mode,
         assert all(row[name] != "" for name in fields), {name: row[name] for name in fields}
     names = {"reasoning": ("TTFR", "TTFA"), "tool-call": ("TOOL_CALL", "TOOL_ARGS")}[mode]
     assert all(len(by_name(fired, name)) == 2 for name in names), [e["name"] for e in fired]
+
+
+def _direct_env():
+    """An environment as a run has it: a local runner, whose listener is the request event's only one."""
+    from locust.env import Environment
+    from locust.event import Events
+
+    from vllm_locust.plugin.buckets import requests_only_total
+
+    env = Environment(events=Events())
+    env.create_local_runner()
+    requests_only_total(env.stats)
+    return env
+
+
+def _report(env):
+    from vllm_locust.core.record import Labels, RequestInfo
+    from vllm_locust.core.reporting import RequestReport
+    from vllm_locust.plugin.buckets import listener_failed, sample_log
+
+    info = RequestInfo(Labels("r", "measured", 1, None), "w", "w:1", "chat", 100.0, 100.0)
+    return RequestReport(env, None, info, None, None, *sample_log(env), listener_failed)
+
+
+def test_a_listener_added_mid_request_gets_the_rest_of_its_samples():
+    """Found by review: the direct path was chosen once per request, so a listener added while a
+    request streamed (a locustfile's, at ``spawning_complete``) missed that request's later samples."""
+    env = _direct_env()
+    seen = []
+    report = _report(env)
+    report.sample("TTFT", 10.0, 0.0)
+    env.events.request.add_listener(lambda name, **kw: seen.append(name))
+    report.sample("ITL", 1.0, 0.0)
+    report.sample("E2E", 11.0, 0.0)
+    assert seen == ["ITL", "E2E"]
+    assert [env.stats.get(name, "chat").num_requests for name in ("TTFT", "ITL", "E2E")] == [1, 1, 1]
+    env.runner.quit()
+
+
+def test_a_raising_stats_log_is_handled_as_the_event_handles_a_raising_listener(caplog):
+    """Found by review: on the direct path a raising ``log_request`` (a patched stats) escaped into the
+    stream and made the request a client error; the event logs it, marks the run and goes on."""
+    from locust import log as locust_log
+
+    env = _direct_env()
+    real = env.stats.log_request
+
+    def flaky(method, name, *rest):
+        if name == "ITL":
+            raise ValueError("stats broke")
+        return real(method, name, *rest)
+
+    env.stats.log_request = flaky
+    locust_log.unhandled_greenlet_exception = False
+    try:
+        report = _report(env)
+        for name in ("TTFT", "ITL", "E2E"):
+            report.sample(name, 5.0, 0.0)
+        assert locust_log.unhandled_greenlet_exception, "the run is marked as Locust marks it"
+    finally:
+        locust_log.unhandled_greenlet_exception = False
+    assert "Uncaught exception in event handler" in caplog.text and "stats broke" in caplog.text
+    assert env.stats.get("E2E", "chat").num_requests == 1, "the samples after it still counted"
+    env.runner.quit()
+
+
+def test_another_environments_runner_listener_is_not_this_ones():
+    """Found by review: two environments sharing one ``Events``: the listener is the first's runner's,
+    whose stats the event fills; the second's samples go through the event, not into its own stats."""
+    from locust.env import Environment
+
+    first = _direct_env()
+    second = Environment(events=first.events)
+    _report(second).sample("TTFT", 10.0, 0.0)
+    assert first.stats.get("TTFT", "chat").num_requests == 1 and not second.stats.entries
+    first.runner.quit()

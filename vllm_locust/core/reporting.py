@@ -24,43 +24,60 @@ STREAM_EVENTS = ((TTFR, "ttfr_ms", "reasoning_tokens"), (TTFA, "ttfa_ms", "answe
 __all__ = ["RequestInfo", "RequestReport"]
 
 
+def _reraise() -> None:
+    raise  # noqa: PLE0704 - called in an ``except`` block: that exception goes on
+
+
 class RequestReport:
     """The samples of one request: fired to Locust as they come, kept for its record."""
 
-    __slots__ = ("info", "recorder", "rows", "_fire", "_log", "_event", "_measured", "_window", "_failures")
+    __slots__ = ("info", "recorder", "rows", "_fire", "_log", "_listeners", "_log_failed", "_event", "_measured",
+                 "_window", "_failures")
 
-    def __init__(self, environment, recorder, info: RequestInfo, window=None, failures=None, log=None):
+    def __init__(self, environment, recorder, info: RequestInfo, window=None, failures=None, log=None,
+                 listeners=None, log_failed=None):
         """``window``: the live charts' values (``add(metric, ms)``); ``failures``: the run's
         failures by kind (``add(Outcome)``, ``plugin.completion.FailureKinds``); ``log``: the
         stats' ``log_request(request_type, name, ms, length)`` when the request event's only
-        listener is the runner's own, which does just that for a sample (``buckets.sample_log``):
-        a sample then skips the event's dispatch. Failures are always fired."""
+        listener, in the live list ``listeners``, is the runner's own, which does just that for a
+        sample (``buckets.sample_log``): a sample then skips the event's dispatch while that list
+        holds one listener; ``log_failed()`` is called in the ``except`` block if ``log`` raises
+        (``buckets.listener_failed``: what the event does with a raising listener; here: re-raised).
+        Failures are always fired."""
         self.info = info
         self._failures = failures
         self.recorder = recorder
         self.rows: list[tuple] = []  # (metric, value_ms, end_perf_s, tokens)
         self._fire = environment.events.request.fire
         self._log = log
+        self._listeners = listeners if log is not None else None
+        self._log_failed = log_failed or _reraise
         self._measured = info.labels.phase == MEASURED
         # The live charts' raw values (``client_window``): measured samples only, as Locust's stats.
         self._window = window.add if window is not None and self._measured else None
-        self._event = None if log is not None else self._event_fields()
+        self._event: dict | None = None if log is not None else self._event_fields()
 
     def _event_fields(self) -> dict:
-        """The request event's keyword arguments that are the same for every sample of the request."""
+        """The request event's keyword arguments that are the same for every sample of the request
+        (made once a sample is fired: a report on the direct path may never need them)."""
         info = self.info
-        return dict(request_type=info.request_type, exception=None,
-                    context={"request_id": info.request_id, "worker_id": info.worker_id, "run_id": info.labels.run_id})
+        self._event = dict(request_type=info.request_type, exception=None,
+                           context={"request_id": info.request_id, "worker_id": info.worker_id,
+                                    "run_id": info.labels.run_id})
+        return self._event
 
     def sample(self, metric: str, value_ms: float, end_perf_s: float, tokens: int | None = None) -> None:
         if self.recorder is not None:
             self.rows.append((metric, value_ms, end_perf_s, tokens))
         if self._measured:
-            if self._log is not None:
-                self._log(self.info.request_type, metric, value_ms, 1 if tokens is None else tokens)
+            if self._log is not None and len(self._listeners) == 1:
+                try:
+                    self._log(self.info.request_type, metric, value_ms, 1 if tokens is None else tokens)
+                except Exception:  # noqa: BLE001 - handled as the event handles a raising listener
+                    self._log_failed()
             else:
                 self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens,
-                           **self._event)
+                           **(self._event or self._event_fields()))
             if self._window is not None:
                 self._window(metric, value_ms)
 
@@ -107,11 +124,14 @@ class RequestReport:
                 self._measured_sample(metric, value, getattr(record, tokens))
 
     def _measured_sample(self, metric: str, value_ms: float, tokens: int | None) -> None:
-        if self._log is not None:
-            self._log(self.info.request_type, metric, value_ms, 1 if tokens is None else tokens)
+        if self._log is not None and len(self._listeners) == 1:
+            try:
+                self._log(self.info.request_type, metric, value_ms, 1 if tokens is None else tokens)
+            except Exception:  # noqa: BLE001 - handled as the event handles a raising listener
+                self._log_failed()
         else:
             self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens,
-                       **self._event)
+                       **(self._event or self._event_fields()))
         if self._window is not None:
             self._window(metric, value_ms)
 

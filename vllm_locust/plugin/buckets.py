@@ -15,10 +15,15 @@ what the histogram holds. The analysis never uses these buckets: it reads raw sa
 
 from __future__ import annotations
 
+import logging
 import math
+import sys
 import time
+import traceback
 
+import locust.log
 import locust.stats
+from locust.exception import InterruptTaskSet, RescheduleTask, RescheduleTaskImmediately, StopTest, StopUser
 
 from ..core.schema import E2E
 
@@ -129,22 +134,56 @@ def requests_only_total(stats) -> None:
 
 
 _RUNNER_LISTENER = ("locust.runners", "Runner.__init__.<locals>.on_request")
+_RUNNER_LISTENER_NAMES = ("stats", "log_request", "log_error")  # what its body looks up (Locust 2.47)
+_FIRE = (None, None)
+_checked: list = [None, None, False]  # the last (listener, environment) asked about, and the answer
 
 
-def sample_log(environment):
-    """``environment.stats.log_request`` when the request event's only listener is Locust's runner's
-    own ``on_request`` (Locust 2.47: for a sample without an exception it calls just that), else
-    None. A sample logged through it skips the event's dispatch: the handler list copied, the
-    keyword arguments packed and unpacked, two calls (about a seventh of a short request's steps,
-    issue 25). Any other listener (a locustfile's, a plugin's), added at any time, gets every
-    sample again from the next request on: it is asked per request."""
+def _runners_own(handler, environment) -> bool:
+    """Whether ``handler`` is Locust 2.47's ``on_request`` of a runner of ``environment``: by its
+    name, the names its body looks up and the runner it closes over (another environment sharing
+    these events logs into its own stats)."""
+    if (getattr(handler, "__module__", None), getattr(handler, "__qualname__", None)) != _RUNNER_LISTENER:
+        return False
+    code, cells = getattr(handler, "__code__", None), getattr(handler, "__closure__", None) or ()
+    if code is None or code.co_names != _RUNNER_LISTENER_NAMES or code.co_freevars != ("self",) or len(cells) != 1:
+        return False
+    try:
+        runner = cells[0].cell_contents
+    except ValueError:  # an empty cell
+        return False
+    return getattr(runner, "environment", None) is environment
+
+
+def sample_log(environment) -> tuple:
+    """``(environment.stats.log_request, the request event's listener list)`` when that list's only
+    listener is Locust's runner's own ``on_request`` (Locust 2.47: for a sample without an exception
+    it calls just that), else ``(None, None)``. A sample logged through it skips the event's
+    dispatch: the handler list copied, the keyword arguments packed and unpacked, two calls (about a
+    seventh of a short request's steps, issue 25). The report checks the list's length per sample:
+    any other listener (a locustfile's, a plugin's), added at any time, gets every sample from then
+    on. A raising ``log_request`` is treated as the event treats a raising listener (``listener_failed``)."""
     handlers = getattr(environment.events.request, "_handlers", None)
     if handlers is None or len(handlers) != 1:
-        return None
+        return _FIRE
     handler = handlers[0]
-    if (getattr(handler, "__module__", None), getattr(handler, "__qualname__", None)) != _RUNNER_LISTENER:
-        return None
-    return environment.stats.log_request
+    checked = _checked
+    if handler is not checked[0] or environment is not checked[1]:
+        checked[:] = handler, environment, _runners_own(handler, environment)
+    return (environment.stats.log_request, handlers) if checked[2] else _FIRE
+
+
+def listener_failed() -> None:
+    """What ``EventHook.fire`` does when a listener raises, called from the ``except`` block of the
+    direct path (``sample_log``): Locust's own control-flow exceptions go on; any other is logged
+    with its traceback and marks the run as having had an unhandled exception (exit code 2)."""
+    if isinstance(sys.exc_info()[1], _GOES_ON):
+        raise  # noqa: PLE0704 - the exception being handled by the caller
+    logging.error("Uncaught exception in event handler: \n%s", traceback.format_exc())
+    locust.log.unhandled_greenlet_exception = True
+
+
+_GOES_ON = (StopUser, StopTest, RescheduleTask, RescheduleTaskImmediately, InterruptTaskSet)
 
 
 def install() -> None:

@@ -28,7 +28,7 @@ from ..core.reporting import RequestReport
 from ..core.sse import DEFAULT_MAX_EVENT_BYTES
 from ..core.stream import StreamError, StreamLimits, StreamResult
 from . import attach
-from .buckets import sample_log
+from .buckets import listener_failed, sample_log
 from .completion import FailureKinds
 from .context import LoadContext
 from .options import embedding_batch_size
@@ -226,8 +226,9 @@ class ChatStreamUser(User):
     def _report(self, request: "_Request", wire: WireClock, target: str) -> RequestReport:
         plugin = self.plugin
         environment = self.environment
+        log, listeners = sample_log(environment)  # (None, None): every sample fired as a request event
         return RequestReport(environment, plugin.recording.recorder, self._info(request, wire, target),
-                             plugin.view.window, self.failure_kinds, sample_log(environment))
+                             plugin.view.window, self.failure_kinds, log, listeners, listener_failed)
 
     def _leg(self, request: "_Request", client, wire: WireClock, target: str,
              result: StreamResult | None = None) -> tuple[bool, float | None, bool]:
