@@ -3,8 +3,9 @@
 One ``events.request.fire`` per sample (``name`` is the metric, so TTFT/ITL/TPOT/E2E are rows of
 Locust's stats and ``--csv`` files; ``response_length`` is the tokens the sample covers). The
 keyword arguments that do not change within a request are built once. While the runner's own
-listener is the event's only one, a sample goes straight to what that listener calls (``log``). Warm-up samples are
-recorded, labelled ``warmup``, but never reach Locust's stats: that is what discarding them means.
+listener is the event's only one, a sample goes straight to what that listener calls (``log``).
+Warm-up samples are recorded, labelled ``warmup``, but never reach Locust's stats: that is what
+discarding them means.
 Raw samples are kept as plain tuples and leave with the request's ``RequestRecord``, so a chunk
 costs a tuple and the recorder one checked write per request.
 """
