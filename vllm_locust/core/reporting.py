@@ -71,16 +71,7 @@ class RequestReport:
         if self.recorder is not None:
             self.rows.append((metric, value_ms, end_perf_s, tokens))
         if self._measured:
-            if self._log is not None and len(self._listeners) == 1:
-                try:
-                    self._log(self.info.request_type, metric, value_ms, 1 if tokens is None else tokens)
-                except Exception:  # noqa: BLE001 - handled as the event handles a raising listener
-                    self._log_failed()
-            else:
-                self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens,
-                           **(self._event or self._event_fields()))
-            if self._window is not None:
-                self._window(metric, value_ms)
+            self._measured_sample(metric, value_ms, tokens)
 
     def failure(self, exception: Exception) -> None:
         """A failed request: an ``E2E`` failure in Locust; its earlier samples stand as reported.
@@ -125,6 +116,7 @@ class RequestReport:
                 self._measured_sample(metric, value, getattr(record, tokens))
 
     def _measured_sample(self, metric: str, value_ms: float, tokens: int | None) -> None:
+        """One measured sample to Locust's stats (the direct path or the event) and the live charts."""
         if self._log is not None and len(self._listeners) == 1:
             try:
                 self._log(self.info.request_type, metric, value_ms, 1 if tokens is None else tokens)
