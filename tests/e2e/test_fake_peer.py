@@ -1,9 +1,10 @@
 """A real Locust master (127.0.0.1, a free port, ``LOCUST_WORKER_TOKEN`` set) with one real worker
-that has the token, and fake peers speaking Locust's own ``locust.rpc`` (issue 21, item 2): one
-that never registered, one registered without the token, one with a wrong token, and one with the
-right token that sends a list instead of a mapping, rows for an older run, a file name with a
-trailing newline, a path, another worker's file, malformed rows, then one good row. Only the real
-worker's rows and the good row are written; the master exits 0; each drop is logged once."""
+that has the token, and fake peers speaking Locust's own messages (issue 21, item 2; issue 39):
+one without the token and one with a wrong one, which never get past the channel's handshake, and
+one with the right token that sends reports under a node id it never registered, a list instead of
+a mapping, rows for an older run, a file name with a trailing newline, a path, another worker's
+file, malformed rows, then one good row. Only the real worker's rows and the good row are written;
+the master exits 0; each drop is logged once."""
 
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ import time
 from dataclasses import astuple, replace
 from pathlib import Path
 
+import zmq
 from locust.rpc import Message
-from locust.rpc.zmqrpc import Client
 
 from tests.conftest import free_port, start_fake_server
 from vllm_locust.core.schema import SampleRow, names_of
+from vllm_locust.plugin.channel import keys_from_token, secure_client
 from tests.e2e.test_secrets_and_bad_input import LOAD, ROOT
 
 RUN, TOKEN = "peers", "tok-0123456789-shared"
@@ -38,21 +40,26 @@ def sample_rows(worker_id: str, value="0.5", n=1, run_id=RUN) -> str:
 
 
 class Peer:
-    """A zmq DEALER to the master, as a Locust worker connects."""
+    """A zmq DEALER to the master, as a Locust worker connects; with the channel's keys of ``token``."""
 
-    def __init__(self, port: int, node_id: str):
+    def __init__(self, port: int, node_id: str, token: str | None = None):
         self.node_id = node_id
-        self.client = Client("127.0.0.1", port, node_id)
+        self.socket = zmq.Context.instance().socket(zmq.DEALER)
+        if token is not None:
+            secure_client(self.socket, keys_from_token(token))
+        self.socket.setsockopt(zmq.IDENTITY, node_id.encode())
+        self.socket.setsockopt(zmq.LINGER, 500)
+        self.socket.connect(f"tcp://127.0.0.1:{port}")
         self.seen: list[Message] = []
 
     def send(self, msg_type: str, data, node_id: str | None = None) -> None:
-        self.client.send(Message(msg_type, data, node_id or self.node_id))
+        self.socket.send(Message(msg_type, data, node_id or self.node_id).serialize())
 
     def wait_for(self, msg_type: str, timeout_s: float = 60.0) -> Message:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.client.socket.poll(200):
-                msg = self.client.recv()
+            if self.socket.poll(200):
+                msg = Message.unserialize(self.socket.recv())
                 self.seen.append(msg)
                 if msg.type == msg_type:
                     return msg
@@ -77,7 +84,7 @@ class Peer:
 
     def leave(self) -> None:
         self.send("quit", None)
-        self.client.close(linger=500)
+        self.socket.close()
 
 
 def locust_stats() -> dict:
@@ -122,16 +129,17 @@ def test_a_fake_peer_cannot_write_rows_or_crash_the_master(tmp_path):
         (real_file,) = glob.glob(str(out / f"samples-{RUN}-*.csv"))
         real_name = Path(real_file).name
 
-        b, c, d = (Peer(port, f"evil-node-{x}") for x in "bcd")
+        b, c, d = Peer(port, "evil-node-b"), Peer(port, "evil-node-c", "wrong"), Peer(port, "evil-node-d", TOKEN)
         peers = [b, c, d]
-        b.register(hello("evil-2", None))  # no token
-        c.register(hello("evil-3", "wrong"))
+        for outsider, worker_id in ((b, "evil-2"), (c, "evil-3")):  # no token, a wrong one: no handshake
+            outsider.send("client_ready", __import__("locust").__version__)
+            outsider.send("vllm_locust_hello", hello(worker_id, TOKEN))
         d.register(hello("evil-1", TOKEN))
         d.wait_for("vllm_locust_state")  # the master heard d's hello: d is a worker of this run
         b.report({f"samples-{RUN}-evil-2.csv": SAMPLE_HEADER + sample_rows("evil-2")})
         c.report({f"samples-{RUN}-evil-3.csv": SAMPLE_HEADER + sample_rows("evil-3")}, token="wrong")
-        # A peer that never registered, under a node id of its own (d's socket, a forged id):
-        # 2,000 rows of 0.5 ms into the real worker's file and one of its own, twice.
+        # Under a node id that never registered (d's socket, a forged id): 2,000 rows of 0.5 ms into
+        # the real worker's file and one of its own, twice; the channel names them d's.
         for _ in range(2):
             d.report({real_name: sample_rows(real_name[len(f"samples-{RUN}-"):-4], n=2000),
                       f"samples-{RUN}-evil-0.csv": SAMPLE_HEADER + sample_rows("evil-0")}, token=TOKEN)
@@ -145,9 +153,9 @@ def test_a_fake_peer_cannot_write_rows_or_crash_the_master(tmp_path):
         d.report({f"requests-{RUN}-evil-1.csv": SAMPLE_HEADER + sample_rows("evil-1")}, token=TOKEN)  # wrong columns
         d.report({f"samples-{RUN}-evil-1.csv": SAMPLE_HEADER + sample_rows("evil-1", value="fast")}, token=TOKEN)
         d.report({f"samples-{RUN}-evil-1.csv": SAMPLE_HEADER + sample_rows("evil-1", value="30")}, token=TOKEN)  # kept
-        for peer in peers:
-            peer.barrier()
-        spawns = [m for p in peers for m in p.seen if m.type == "spawn"]
+        d.barrier()
+        assert not b.socket.poll(0) and not c.socket.poll(0), "a peer without the token heard from the master"
+        spawns = [m for m in d.seen if m.type == "spawn"]
         assert all(TOKEN not in repr(m.data) for m in spawns), "the master's token is not sent to its peers"
         for peer in peers:
             peer.leave()
@@ -172,7 +180,8 @@ def test_a_fake_peer_cannot_write_rows_or_crash_the_master(tmp_path):
         rows = list(csv.DictReader(f))
     assert rows and {r["worker_id"] for r in rows} == {real_name[len(f"samples-{RUN}-"):-4]}, "no forged row"
     assert not any(r["value_ms"] == "0.5" for r in rows)
-    dropped = [line for line in log.splitlines() if "evil-unregistered" in line and "vllm_locust" in line]
+    assert "evil-unregistered" not in log, "a payload's node id is never believed"
+    dropped = [line for line in log.splitlines() if "not one of this run's files of this worker" in line and "evil-node-d" in line]
     assert len(dropped) == 1, dropped  # once per peer and reason, not per report
     assert TOKEN not in log and all(TOKEN not in p.read_text() for p in out.glob("loadrun-*.json"))
 

@@ -288,21 +288,37 @@ def parse(args, monkeypatch, env=None):
 
     from vllm_locust.plugin.options import add_options
 
+    from vllm_locust.plugin import locust_compat
+
     for key, value in (env or {}).items():
         monkeypatch.setenv(key, value)
     parser = get_parser()
     add_options(parser)
-    return parser.parse_args(args)
+    try:
+        return parser.parse_args(args)
+    finally:
+        locust_compat.uninstall()  # parsing installs the channel for this process: not for other tests
 
 
-def test_processes_binds_its_master_to_loopback(monkeypatch):
-    """``--processes``' forked workers connect to 127.0.0.1; its master listened on every interface."""
+def test_a_master_binds_to_loopback_unless_told(monkeypatch):
+    """``--processes``' forked workers connect to 127.0.0.1; its master listened on every interface,
+    and so did ``--master`` (issue 39, L12): any host that reached the port could join."""
     assert parse(["--processes", "2"], monkeypatch).master_bind_host == "127.0.0.1"
-    # what the user asks for stands, in either order, and --master alone keeps Locust's default
+    assert parse(["--master"], monkeypatch).master_bind_host == "127.0.0.1"
+    assert parse([], monkeypatch, {"LOCUST_PROCESSES": "2"}).master_bind_host == "127.0.0.1"
+    # what the user asks for stands, in either order
     assert parse(["--processes", "2", "--master-bind-host", "*"], monkeypatch).master_bind_host == "*"
     assert parse(["--master-bind-host", "10.0.0.1", "--processes", "2"], monkeypatch).master_bind_host == "10.0.0.1"
-    assert parse(["--master"], monkeypatch).master_bind_host == "*"
-    assert parse([], monkeypatch, {"LOCUST_PROCESSES": "2"}).master_bind_host == "127.0.0.1"
+    assert parse(["--master", "--master-bind-host", "0.0.0.0"], monkeypatch).master_bind_host == "0.0.0.0"
+    assert parse(["--master"], monkeypatch, {"LOCUST_MASTER_BIND_HOST": "*"}).master_bind_host == "*"
+
+
+def test_processes_without_a_token_gets_a_random_one(monkeypatch):
+    """Its forked workers inherit the options, so they share the token, and the channel is CURVE."""
+    first, second = (parse(["--processes", "2"], monkeypatch).worker_token for _ in range(2))
+    assert len(first) >= 32 and first != second
+    assert parse(["--processes", "2", "--worker-token", "given"], monkeypatch).worker_token == "given"
+    assert parse(["--master"], monkeypatch).worker_token == ""
 
 
 def test_worker_token_is_an_option_kept_out_of_the_web_ui(monkeypatch):

@@ -181,9 +181,9 @@ def add_options(parser) -> None:
     # Locust's web UI listens on every interface by default; a load tester's UI starts runs and
     # shows the target, so it listens on loopback unless --web-host (LOCUST_WEB_HOST) says otherwise.
     parser.set_defaults(web_host="127.0.0.1")
-    from .peers import bind_processes_to_loopback
+    from .peers import settle_channel
 
-    bind_processes_to_loopback(parser)  # --processes: its master listens on 127.0.0.1, where its workers are
+    settle_channel(parser)  # a master listens on 127.0.0.1 by default; --worker-token secures its channel
 
 
 def resolve_api_key(options) -> None:

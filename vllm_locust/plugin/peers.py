@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import secrets
 
 logger = logging.getLogger(__name__)
 
@@ -104,22 +105,29 @@ class _Unset(str):
     """Locust's ``--master-bind-host`` default, marked so that a value the user gave is told apart."""
 
 
-def loopback_for_processes(options) -> None:
-    """``--processes`` without ``--master-bind-host``: its master listens on 127.0.0.1, where its
-    forked workers connect (Locust's ``--master-host`` default), not on every interface."""
-    if getattr(options, "processes", None) and isinstance(getattr(options, "master_bind_host", None), _Unset):
+def settle_options(options) -> None:
+    """A master (``--master`` or ``--processes``) without ``--master-bind-host`` listens on 127.0.0.1
+    only; ``--processes`` without a token gets a random one, so its forked workers (which inherit
+    it) speak CURVE to their master and no other local process can join."""
+    if isinstance(getattr(options, "master_bind_host", None), _Unset):
         options.master_bind_host = LOOPBACK
+    if getattr(options, "processes", None) and not getattr(options, TOKEN_OPTION, ""):
+        setattr(options, TOKEN_OPTION, secrets.token_urlsafe(32))
 
 
-def bind_processes_to_loopback(parser) -> None:
-    """For ``init_command_line_parser``: Locust binds its master before any ``init`` listener runs,
-    so the host is settled when the options are parsed."""
+def settle_channel(parser) -> None:
+    """For ``init_command_line_parser``: Locust makes its runner's sockets (and forks ``--processes``)
+    right after it parses the options and before any ``init`` listener runs, so the bind host and
+    the channel's keys (``locust_compat.install``) are settled when the options are parsed."""
     parser.set_defaults(master_bind_host=_Unset("*"))
     parse = parser.parse_known_args
 
     def parse_known_args(*args, **kwargs):
         options, rest = parse(*args, **kwargs)
-        loopback_for_processes(options)
+        settle_options(options)
+        from . import locust_compat
+
+        locust_compat.install(str(getattr(options, TOKEN_OPTION, "") or ""))
         return options, rest
 
     parser.parse_known_args = parse_known_args
