@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import statistics
 import subprocess
@@ -547,22 +548,28 @@ class Sweep:
         timeout = self.args.warmup + self.args.duration + 900
         with open(directory / LOCUST_LOG, "w") as out:
             try:
+                env = None
                 if n_workers > 0:
                     # A port of its own: on Locust's default (5557) the workers of two sweeps on one
-                    # host (or a web-UI master) joined whichever master listened first.
+                    # host (or a web-UI master) joined whichever master listened first. A token of
+                    # its own (unless one is given): the channel is CURVE, and no other local
+                    # process can join it (README: Security).
                     port = str(free_port())
+                    env = {**os.environ, "LOCUST_WORKER_TOKEN": os.environ.get("LOCUST_WORKER_TOKEN")
+                           or secrets.token_urlsafe(32)}
                     with open(directory / LOCUST_WORKERS_LOG, "w") as wlog:
                         for _ in range(n_workers):
                             workers.append(subprocess.Popen(
                                 [*pin, sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
                                  "--master-host", "127.0.0.1", "--master-port", port,
                                  *worker_args(self.args.locust_args)],
-                                stdout=wlog, stderr=subprocess.STDOUT, cwd=ROOT))
+                                stdout=wlog, stderr=subprocess.STDOUT, cwd=ROOT, env=env))
                     cmd = [*common, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
                            "--expect-workers", str(n_workers)]
                 else:
                     cmd = common
-                return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout).returncode
+                return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout,
+                                      env=env).returncode
             except subprocess.TimeoutExpired:
                 return 124
             finally:

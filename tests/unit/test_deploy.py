@@ -27,9 +27,14 @@ def parse(args: list[str]):
 
     from vllm_locust.plugin.options import add_options
 
+    from vllm_locust.plugin import locust_compat
+
     parser = get_parser()
     add_options(parser)
-    return parser.parse_args(args)
+    try:
+        return parser.parse_args(args)
+    finally:
+        locust_compat.uninstall()
 
 
 def test_the_image_installs_the_pinned_requirements_and_copies_what_exists():
@@ -67,3 +72,7 @@ def test_master_workers_service_and_volume_fit_together():
     assert opts.steps and opts.step_duration > 0 and opts.host.startswith("http://")
     key = [e for e in master["env"] if e["name"] == "OPENAI_API_KEY"][0]
     assert "secretKeyRef" in key["valueFrom"], "the key comes from a Secret, never a manifest"
+    assert opts.master_bind_host == "0.0.0.0", "the master listens on 127.0.0.1 unless told: the Service must reach it"
+    tokens = [[e for e in c.get("env", []) if e["name"] == "LOCUST_WORKER_TOKEN"] for c in (master, worker)]
+    assert all(len(t) == 1 and "secretKeyRef" in t[0]["valueFrom"] for t in tokens), "the channel's token, from a Secret"
+    assert tokens[0][0]["valueFrom"] == tokens[1][0]["valueFrom"], "master and workers share one token"

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import gevent
 import zmq.green as zmq
 from zmq.utils import z85
+from zmq.utils.monitor import recv_monitor_message
 
 logger = logging.getLogger(__name__)
 
@@ -131,3 +132,50 @@ class DropLog:
         if (peer, reason) not in self._said:
             self._said.add((peer, reason))
             logger.warning("dropped from peer %r: %s (said once per peer and reason)", peer, reason)
+
+
+HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+
+
+class HandshakeWatch:
+    """Says, once, that a connection failed the channel's handshake: otherwise a worker with another
+    token retries for minutes in silence, and its master never hears of it. A worker's connection
+    that closes before its handshake succeeded counts too (a master that cannot read a HELLO made
+    with another token's keys closes without a word)."""
+
+    def __init__(self, socket, message: str):
+        self.message = message
+        self.failures = 0
+        self.disconnects = 0  # every connection that ended, for whatever reason
+        self._socket = socket
+        self._monitor = socket.get_monitor_socket(
+            HANDSHAKE_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self.greenlet = gevent.spawn(self._watch)
+
+    def _watch(self) -> None:
+        shaking = False
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor)["event"]
+            except zmq.ZMQError:
+                return  # closed
+            if event == zmq.EVENT_CONNECTED:
+                shaking = True
+            elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                shaking = False
+            elif event == zmq.EVENT_DISCONNECTED:
+                self.disconnects += 1
+            if event & HANDSHAKE_FAILED or (event == zmq.EVENT_DISCONNECTED and shaking):
+                shaking = False
+                self.failures += 1
+                if self.failures == 1:
+                    logger.error("%s", self.message)
+
+    def close(self) -> None:
+        self.greenlet.kill(block=False)
+        try:
+            self._socket.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._monitor.close(linger=0)

@@ -17,11 +17,13 @@ import gevent
 from locust.runners import MasterRunner, WorkerRunner
 
 from ..core.client_window import REPORT_KEY
+from .channel import ROWS_PER_REPORT_CHARS
 from ..core.versions import versions
 from ..core.wholelines import describe as describe_write_error
 from .outbox import REPORT_KEY as ROWS_KEY
 from .outbox import write_received
 from .roster import WorkerRoster, worker_info
+from .websecurity import is_loopback
 
 logger = logging.getLogger(__name__)
 FLUSHED_MESSAGE = "vllm_locust_flushed"  # worker -> master: my users stopped, my last stats are sent
@@ -48,6 +50,11 @@ class MasterSide:
         events.worker_report.add_listener(self.on_worker_report)
         runner = self.environment.runner
         if isinstance(runner, MasterRunner):
+            host = str(getattr(self.environment.parsed_options, "master_bind_host", "") or "")
+            if not self.peers.token and host and not is_loopback(host):
+                logger.warning("the master listens on %s without --worker-token: any peer that reaches its port can "
+                               "join, take users and receive the run's options, the API key included (README: "
+                               "Security)", host)
             events.worker_connect.add_listener(self.on_worker_connect)
             runner.register_message(FLUSHED_MESSAGE, self.on_flushed_message)
             runner.register_message(HELLO_MESSAGE, self.on_hello_message)
@@ -170,7 +177,7 @@ class WorkerSide:
         values = self.view.window_values()
         if values is not None:
             data[REPORT_KEY] = values
-        files = self.recording.take_rows()
+        files = self.recording.take_rows(ROWS_PER_REPORT_CHARS)
         if files:
             data[ROWS_KEY] = files
 
@@ -182,4 +189,6 @@ class WorkerSide:
         send_stats = getattr(runner, "_send_stats", None)  # Locust's own final report at quit
         if send_stats is not None:
             send_stats()
+            while self.recording.rows_waiting():  # more rows than one message may carry
+                send_stats()
         runner.send_message(FLUSHED_MESSAGE, self.worker_id)

@@ -148,6 +148,9 @@ class SecureServer(zmqrpc.Server):
         if keys is not None:
             channel.secure_server(self.socket, keys)
             self.gate = channel.ZapGate(self.socket.context, keys, _state["drops"])
+        self.watch = channel.HandshakeWatch(self.socket, "a peer failed this master's channel handshake: a worker "
+                                            "with another --worker-token (LOCUST_WORKER_TOKEN), or none, or not a "
+                                            "Locust worker at all (said once)")
         try:  # as zmqrpc.Server binds, with its error text (MasterRunner matches it)
             if port == 0:
                 self.port = self.socket.bind_to_random_port(f"tcp://{host}")
@@ -170,6 +173,7 @@ class SecureServer(zmqrpc.Server):
                 _state["drops"].drop(err.args[1] if len(err.args) > 1 else "?", err.args[0])
 
     def close(self, linger=None):
+        self.watch.close()
         if self.gate is not None:
             self.gate.close()
         super().close(linger=linger)
@@ -185,7 +189,14 @@ class SecureClient(zmqrpc.Client):
         if _state["keys"] is not None:
             channel.secure_client(self.socket, _state["keys"])
         self.socket.setsockopt(zmqrpc.zmq.IDENTITY, identity.encode())
+        self.watch = channel.HandshakeWatch(self.socket, f"the master at {host}:{port} refused this worker in the "
+                                            "channel's handshake: give the master and every worker the same "
+                                            "--worker-token (LOCUST_WORKER_TOKEN), or none to all (said once)")
         self.socket.connect("tcp://%s:%i" % (host, port))
+
+    def close(self, linger=None):
+        self.watch.close()
+        super().close(linger=linger)
 
     def recv(self):
         try:

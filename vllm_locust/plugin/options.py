@@ -43,8 +43,9 @@ OPTIONS = [
                                 "server (target b), same prompt, each its own stream; python -m analysis.paired "
                                 "compares them pair by pair")),
     ("--worker-token", dict(default="", env_var="LOCUST_WORKER_TOKEN", include_in_web_ui=False,
-                            help="Shared secret for a distributed run: the master writes rows only from workers "
-                                 "given the same token (set it on master and every worker; env LOCUST_WORKER_TOKEN)")),
+                            help="Shared secret for a distributed run, the same on the master and every worker: "
+                                 "their channel is encrypted and authenticated with keys derived from it (ZeroMQ "
+                                 "CURVE), and a peer without it cannot join; use 32 random characters")),
     ("--worker-samples-dir", dict(default="", env_var="LOCUST_WORKER_SAMPLES_DIR", include_in_web_ui=False,
                                   help="A worker's own copy of its raw files (set on the worker); the master's "
                                        "--samples-dir gets every worker's rows either way")),

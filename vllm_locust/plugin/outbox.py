@@ -37,10 +37,29 @@ class Outbox:
     def __init__(self):
         self.parts: dict[str, list[str]] = {}
 
-    def take(self) -> dict[str, str]:
-        out = {name: "".join(parts) for name, parts in self.parts.items() if parts}
-        self.parts = {}
+    def take(self, max_chars: int | None = None) -> dict[str, str]:
+        """What waits, in write order per file; with ``max_chars``, whole writes (whole rows) up to
+        about that many characters (at least one write), the rest left for the next report: the
+        master's channel ends a connection whose message is larger than its cap."""
+        if max_chars is None:
+            out = {name: "".join(parts) for name, parts in self.parts.items() if parts}
+            self.parts = {}
+            return out
+        out, budget = {}, max_chars
+        for name, parts in self.parts.items():
+            n, size = 0, 0
+            while n < len(parts) and (size + len(parts[n]) <= budget or (n == 0 and budget == max_chars)):
+                size += len(parts[n])
+                n += 1
+            if n:
+                out[name] = "".join(parts[:n])
+                del parts[:n]
+                budget -= size
+        self.parts = {name: parts for name, parts in self.parts.items() if parts}
         return out
+
+    def waiting(self) -> bool:
+        return any(self.parts.values())
 
 
 class ForwardFile:

@@ -56,6 +56,10 @@ class Recording:
         if self.recorder is not None:
             self.recorder.close()
 
-    def take_rows(self) -> dict[str, str]:
-        """Worker: the raw rows written since the last report, by file name (empty: none)."""
-        return self.outbox.take() if self.outbox is not None else {}
+    def take_rows(self, max_chars: int | None = None) -> dict[str, str]:
+        """Worker: the raw rows written since the last report, by file name (empty: none), about
+        ``max_chars`` of them at most (the rest go with the next report)."""
+        return self.outbox.take(max_chars) if self.outbox is not None else {}
+
+    def rows_waiting(self) -> bool:
+        return self.outbox is not None and self.outbox.waiting()
