@@ -79,6 +79,16 @@ def pick_baseline(profiles: list[str], wanted: str | None) -> str:
     raise AnalysisError(f"say which profile is the baseline: --baseline one of {', '.join(profiles)}")
 
 
+def not_compared(summary, baseline: str, result: dict) -> dict[str, str]:
+    """Each candidate label with no verdict (it shares no load level with the baseline), and the
+    line that says so with every label's levels: a gate must not pass a candidate it never judged."""
+    levels = {p: sorted({level_name(r.request_rate, r.concurrency) for r in rows.itertuples()})
+              for p, rows in summary.groupby(SUMMARY.profile)}
+    return {p: f"{p}: not compared with {baseline}: no load level in common ({p}: {', '.join(levels[p])}; "
+               f"{baseline}: {', '.join(levels.get(baseline, [])) or 'none'})"
+            for p in sorted(levels) if p != baseline and p not in result}
+
+
 def main(argv=None) -> int:
     """Bad input anywhere (an option, a damaged run file: ``load.BadRunFile``) is one line on stderr
     and exit 2, caught here once; exit 1 is kept for a gate that failed."""
@@ -178,7 +188,10 @@ def analyse(args) -> int:
         print(line)
     for (profile, persona), verdict in sorted(personas.overall.items()):
         print(f"persona {persona}: {profile}: {verdict} {baseline}")
-    if not result:
+    uncompared = not_compared(summary, baseline, result)
+    for profile, line in uncompared.items():
+        print(line)
+    if not result and not uncompared:
         print(f"{baseline}: one label, so a summary and no verdict")
     print(f"wrote {out / 'summary.csv'}, {f'{SUMMARY_BY_TURN_CSV}, ' if len(turns) else ''}"
           f"{f'{SUMMARY_BY_PERSONA_CSV}, ' if len(persona_summary) else ''}{md.name}, {html.name}")
@@ -186,6 +199,10 @@ def analyse(args) -> int:
     failed = []
     if args.fail_unless_beats and any(v != "beats" for v in result.values()):
         failed.append("a candidate does not beat the baseline")
+    if args.fail_unless_beats and uncompared:
+        failed.append(f"{', '.join(uncompared)} not compared with {baseline} (no load level in common)")
+    if args.fail_unless_beats and not result and not uncompared:
+        failed.append(f"only {baseline} was measured: nothing was compared")
     candidates = summary[summary[SUMMARY.profile] != baseline] if len(result) else summary
     for col, limit in ((pct_col(TTFT, 95), args.slo_p95_ttft_ms), (pct_col(ITL, 95), args.slo_p95_itl_ms)):
         if limit is not None:
