@@ -34,7 +34,7 @@ from .personas import (COMPARISON_BY_PERSONA_CSV, PERSONA, SUMMARY_BY_PERSONA_CS
                        has_personas, persona_of, persona_sections, require_every_persona, slo_lines)
 from .turns import SUMMARY_BY_TURN_CSV, by_turn, trimmed_note, turn_lines
 from .tidy import check_same_model, check_same_workload, failure_table, tidy_markers, tidy_server
-from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts
+from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts, worse_lines
 
 
 def parse_args(argv):
@@ -164,10 +164,11 @@ def analyse(args) -> int:
         personas=persona_sections(personas, baseline), every_persona=bool(args.every_persona_within_slo and personas.judged)))
     for row in failed.itertuples():
         print(f"failed run (left out): {row.run}: {row.reason}")
+    worse_at = worse_lines(comparison)
     for profile, verdict in sorted(result.items()):
         note = (f" (UNTRUSTED at {', '.join(untrusted[profile])}: the client fell behind or did not send the asked load)"
                 if profile in untrusted else "")
-        print(f"{profile}: {verdict} {baseline}{note}")
+        print(f"{profile}: {verdict} {baseline}{note}" + (f"; {worse_at[profile]}" if profile in worse_at else ""))
     late = summary[summary[SUMMARY.client_trusted] == False]  # noqa: E712
     for row in late.itertuples():
         print(f"untrusted: {row.profile} {level_name(row.request_rate, row.concurrency)}: client event-loop lag p99 "

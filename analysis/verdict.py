@@ -117,6 +117,7 @@ def verdicts(comparison: pd.DataFrame, rule: Rule, trust: dict | None = None, ba
     on both sides can be trusted (a verdict on untrusted runs says so in ``why``)."""
     trust = trust or {}
     rows = []
+    worse_at = worse(comparison)
     for (profile, rate, c), g in comparison.groupby([COMPARISON.profile, *LEVEL]):
         by = {r[COMPARISON.metric]: r for _, r in g.iterrows()}
         ttft, itl, tput = by.get(pct_col(TTFT, 95)), by.get(pct_col(ITL, 95)), by.get(PER_RUN.output_tokens_per_s)
@@ -137,6 +138,8 @@ def verdicts(comparison: pd.DataFrame, rule: Rule, trust: dict | None = None, ba
         sides = [trust.get((profile, rate, c)), trust.get((baseline, rate, c))]
         trusted = False if False in sides else (None if None in sides else True)
         why = "; ".join(reasons) or praise
+        if (profile, rate, c) in worse_at:
+            why += "; worse: " + ", ".join(f"{m} {_change_text(*n)}" for m, *n in worse_at[(profile, rate, c)])
         if trusted is False:
             late = [p for p, t in ((profile, sides[0]), (baseline, sides[1])) if t is False]
             why = (f"UNTRUSTED: the client fell behind (loop lag) or did not send the asked load on time in "
@@ -147,6 +150,44 @@ def verdicts(comparison: pd.DataFrame, rule: Rule, trust: dict | None = None, ba
                      VERDICT.throughput_change_pct: pick(tput), VERDICT.goodput_change_pct: pick(good),
                      VERDICT.trusted: trusted, VERDICT.why: why})
     return pd.DataFrame(rows, columns=list(VERDICT))
+
+
+LOWER_IS_BETTER = {pct_col(m, q) for m, q in METRICS}
+HIGHER_IS_BETTER = {PER_RUN.output_tokens_per_s, PER_RUN.goodput_requests_per_s, SUMMARY.slo_met_share}
+
+
+def _metric_text(metric: str) -> str:
+    """``p95_itl_ms`` -> ``p95 ITL``; ``output_tokens_per_s`` -> ``output tokens/s``."""
+    head, _, rest = metric.partition("_")
+    if head[:1] == "p" and head[1:].isdigit() and rest.endswith("_ms"):
+        return f"{head} {rest[:-3].upper()}"
+    return metric.replace("_per_s", "/s").replace("_", " ")
+
+
+def worse(comparison: pd.DataFrame) -> dict[tuple, list[tuple[str, float, float, float]]]:
+    """``(profile, rate, concurrency) -> [("p95 ITL", 36.0, 7.0, 74.0), ...]``: the metrics a
+    candidate is significantly worse on there (a latency's interval above zero, a throughput's
+    below), so a verdict never hides a worse candidate behind "does not beat"."""
+    out: dict[tuple, list] = {}
+    for _, row in comparison.iterrows():
+        metric, low, high = row[COMPARISON.metric], row[COMPARISON.ci_low_pct], row[COMPARISON.ci_high_pct]
+        if (metric in LOWER_IS_BETTER and low > 0) or (metric in HIGHER_IS_BETTER and high < 0):
+            key = (row[COMPARISON.profile], row[COMPARISON.request_rate], row[COMPARISON.concurrency])
+            out.setdefault(key, []).append((_metric_text(metric), row[COMPARISON.change_pct], low, high))
+    return out
+
+
+def _change_text(change: float, low: float, high: float) -> str:
+    return f"{change:+.0f}% [{low:.0f}, {high:.0f}]"
+
+
+def worse_lines(comparison: pd.DataFrame) -> dict[str, str]:
+    """Per candidate, one clause for the console: ``worse on p95 ITL at c=4 (+36% [7, 74]), ...``."""
+    by_profile: dict[str, list[str]] = {}
+    for (profile, rate, c), items in sorted(worse(comparison).items()):
+        by_profile.setdefault(profile, []).extend(
+            f"{metric} at {level_name(rate, c)} ({_change_text(*numbers)})" for metric, *numbers in items)
+    return {p: "worse on " + ", ".join(items) + " (intervals on the worse side of zero)" for p, items in by_profile.items()}
 
 
 def overall(per_level: pd.DataFrame) -> dict[str, str]:

@@ -36,3 +36,18 @@ def test_a_compared_candidate_that_beats_passes_the_gate(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0, (out, err)
     assert "not compared" not in out and "b: beats a" in out
+
+
+def test_a_significantly_worse_candidate_is_called_worse(tmp_path, capsys):
+    """Seen: p95 ITL +36% [7, 74] and p95 E2E +61% at c=4, and the line said only "does not beat"."""
+    write_run(tmp_path, "a", concurrency=4, ttft_ms=40.0, itl_ms=5.0)
+    write_run(tmp_path, "b", concurrency=4, ttft_ms=40.0, itl_ms=9.0)
+    assert main([str(tmp_path), "--baseline", "a", "--bootstrap", "200"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("b: "))
+    assert line.startswith("b: does not beat a; worse on ") and "p95 ITL at c=4 (+" in line, line
+    assert "p50 TTFT" not in line and "p95 TTFT" not in line, "TTFT did not change: not called worse"
+    import pandas as pd
+
+    why = pd.read_csv(tmp_path / "verdict.csv")["why"].iloc[0]
+    assert "worse: p95 ITL +" in why, why
