@@ -50,4 +50,4 @@ def test_a_significantly_worse_candidate_is_called_worse(tmp_path, capsys):
     import pandas as pd
 
     why = pd.read_csv(tmp_path / "verdict.csv")["why"].iloc[0]
-    assert "worse: p95 ITL +" in why, why
+    assert "worse: " in why and "p95 ITL +" in why, why
