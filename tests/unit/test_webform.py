@@ -15,6 +15,10 @@ from vllm_locust.plugin.webform import form_errors
     ({"steps": "8,a"}, True, "--steps"),
     ({"endpoint": "rerank"}, False, "--endpoint 'rerank': choose one of chat, completions, embeddings"),
     ({"read_timeout": "0"}, False, "--read-timeout"),
+    # issue 39, L9: -5 failed every request; 0 gave a Locust traceback, then empty steps
+    ({"max_event_bytes": "-5"}, False, "--max-event-bytes -5: zero (no limit) or more bytes"),
+    ({"max_concurrency": "0"}, True, "--max-concurrency 0: the cap on requests in flight must be at least 1"),
+    ({"start_timeout": "0"}, False, "--start-timeout 0: must be positive"),
 ])
 def test_bad_values_are_named(form, shaped, message):
     error = form_errors(defaults(), form, shaped)

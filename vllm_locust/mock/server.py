@@ -36,7 +36,8 @@ on the client: ``huge-event`` (the first content chunk carries ``hostile_bytes``
 is ``hostile_bytes`` of zeros, gzip-compressed), ``huge-headers`` (``hostile_bytes`` of response
 headers), ``no-finish`` (``hostile_chunks`` content chunks whatever ``max_tokens`` said, none with
 a finish reason), ``bad-chunk-size`` (an invalid chunk size in the same write as the headers),
-``drip`` (one byte of an event that never ends every ``drip_ms``). ``max_model_len`` (0: not
+``drip`` (one byte of an event that never ends every ``drip_ms``), ``drip-models`` (``GET /v1/models``
+one byte every ``drip_ms``: a server too slow to start a run against). ``max_model_len`` (0: not
 listed) is listed in ``GET /v1/models`` as vLLM lists it; so are ``adapters`` (``--adapter NAME``: LoRA
 adapter names, each listed with the model as ``parent``, as vLLM lists ``--lora-modules``, and served as a
 request's ``model``; each logged request has its ``model``). The recording server: ``log_bodies``
@@ -77,7 +78,7 @@ CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model":
 STREAM_EVENT_MODES = ("reasoning", "tool-call")
 TOOL_NAME = "get_weather"  # the tool a tool-call stream calls when the request names none
 HOSTILE_MODES = ("huge-event", "gzip", "gzip-always", "gzip-bomb-models", "huge-headers", "no-finish", "bad-chunk-size",
-                 "drip")
+                 "drip", "drip-models")
 ENCODINGS: list[str] = []  # Accept-Encoding of every request since the last /_config
 COMPLETIONS = [0]  # completion requests since the last /_config, for http500-every-other
 _BOMBS: dict[int, bytes] = {}
@@ -211,6 +212,21 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def drip_json(self, obj) -> None:
+        """The whole answer announced, then sent one byte every ``drip_ms``."""
+        data = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            for i in range(len(data)):
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                time.sleep(float(CONFIG["drip_ms"]) / 1000.0)
+        except OSError:
+            pass
+
     def do_GET(self):
         self.log_encoding()
         if self.refused():
@@ -223,6 +239,8 @@ class Handler(BaseHTTPRequestHandler):
                 entry["max_model_len"] = int(CONFIG["max_model_len"])  # as vLLM lists it
             adapters = [{"id": name, "object": "model", "root": f"/mock/lora/{name}", "parent": CONFIG["model"]}
                         for name in CONFIG.get("adapters") or ()]  # as vLLM lists each --lora-modules entry
+            if CONFIG.get("hostile") == "drip-models":
+                return self.drip_json({"object": "list", "data": [entry, *adapters]})
             self._json(200, {"object": "list", "data": [entry, *adapters]})
         elif self.path == "/_log":
             with LOG_LOCK:

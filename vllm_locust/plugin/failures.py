@@ -8,6 +8,7 @@ workload that cannot be built); ``Verdict`` sets the exit code at test stop from
 from __future__ import annotations
 
 import logging
+import time
 
 import gevent
 from locust.runners import WorkerRunner
@@ -73,6 +74,12 @@ class Verdict:
         completed no request at all measured nothing, whatever ratio was allowed: one line, exit 2."""
         environment = self.environment
         limit = float(getattr(environment.parsed_options, "max_failure_ratio", -1.0) or 0.0)
+        if environment.process_exit_code is None and self.run.checking_since_s is not None:
+            logger.error("the run ended %.1f s into its start checks (GET /v1/models, the model's fit), before "
+                         "anything was sent: the server answered more slowly than the run lasted (-t, or a stop); "
+                         "nothing was measured: exit code 2", time.time() - self.run.checking_since_s)
+            environment.process_exit_code = 2
+            return
         if environment.process_exit_code is None and self.run.started_s is not None:
             nothing = nothing_completed(environment.stats, FailureKinds.of(environment))
             if nothing:

@@ -56,6 +56,9 @@ OPTIONS = [
                                  help="Exit code 0 when at most this share of requests failed (0.01 means 1 "
                                       "percent), 1 above it (one line says so); negative: Locust's own rule (1 on "
                                       "any failure)")),
+    ("--start-timeout", dict(type=float, default=60.0, env_var="LOCUST_START_TIMEOUT",
+                             help="Seconds the checks before a run may take (the server's GET /v1/models, the "
+                                  "model's fit); past it the run stops with one line, exit 2, nothing sent")),
     ("--connect-timeout", dict(type=float, default=10.0, env_var="LOCUST_CONNECT_TIMEOUT",
                                help="Seconds to open a connection before the request fails")),
     ("--read-timeout", dict(type=float, default=600.0, env_var="LOCUST_READ_TIMEOUT",

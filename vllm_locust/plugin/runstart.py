@@ -10,11 +10,17 @@ from __future__ import annotations
 import os
 import time
 
+import gevent
+
 from ..backend.client import ServerCheckError, require_host, resolve_model
 from ..backend.modelfit import fits_model
 from ..core.hosts import normalize_host
 from ..core.schema import MEASURED, WARMUP, load_record_file
 from .webform import option_errors
+
+
+class StartTimeout(Exception):
+    """The start checks ran past ``--start-timeout``."""
 
 
 def new_run_id(samples_dir: str | None = None, now: float | None = None) -> str:
@@ -75,14 +81,24 @@ class RunStart:
             fail(error)
             return
         normalize_hosts(environment)
+        # Set until the checks end: a run that reaches its end (-t) first measured nothing, and the
+        # verdict says so (it exited 0 in silence when /v1/models answered slower than -t).
+        self.run.checking_since_s = time.time()
+        deadline_s = float(getattr(options, "start_timeout", 60.0) or 60.0)
         try:
-            options.model = resolve_model(require_host(environment.host), options.model, options.api_key)
-            fits_model(environment.host, options)  # before any prompt is built: one line, exit 2
-            if getattr(options, "paired_host", ""):  # paired mode: the other server must serve the same name
-                resolve_model(options.paired_host, options.model, options.api_key)
+            with gevent.Timeout(deadline_s, StartTimeout):
+                options.model = resolve_model(require_host(environment.host), options.model, options.api_key)
+                fits_model(environment.host, options)  # before any prompt is built: one line, exit 2
+                if getattr(options, "paired_host", ""):  # paired mode: the other server must serve the same name
+                    resolve_model(options.paired_host, options.model, options.api_key)
         except ServerCheckError as err:
             fail(str(err))
             return
+        except StartTimeout:
+            fail(f"{environment.host}: the checks before the run (GET /v1/models, the model's fit) took more than "
+                 f"--start-timeout {deadline_s:g} s: the server answers too slowly to start a run; nothing was sent")
+            return
+        self.run.checking_since_s = None
         # The shape's first tick can come before test_start: keep what it published.
         if not self.run.timeline:
             self.run.begin()

@@ -49,6 +49,7 @@ class RunStateBroadcast:
         self.state = RunState()
         self.timeline: list[PhaseChange] = []
         self.started_s: float | None = None  # unix seconds the run in progress began; None between runs
+        self.checking_since_s: float | None = None  # the start checks began and have not finished
         self._followers: list[Callable[[RunState], None]] = []
 
     @property

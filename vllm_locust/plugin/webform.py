@@ -64,9 +64,13 @@ def option_errors(ns: Namespace, shaped: bool) -> str | None:
         return f"--step-duration {float(ns.step_duration or 0):g}: the measured seconds of a step must be positive"
     if float(getattr(ns, "step_warmup", 0) or 0) < 0:
         return f"--step-warmup {float(ns.step_warmup):g}: zero or more seconds"
-    for flag in ("connect_timeout", "read_timeout"):
-        if not float(getattr(ns, flag)) > 0:
+    for flag in ("connect_timeout", "read_timeout", "start_timeout"):
+        if not float(getattr(ns, flag, 1)) > 0:
             return f"--{flag.replace('_', '-')} {float(getattr(ns, flag)):g}: must be positive"
+    if int(getattr(ns, "max_event_bytes", 0) or 0) < 0:
+        return f"--max-event-bytes {int(ns.max_event_bytes)}: zero (no limit) or more bytes"
+    if int(getattr(ns, "max_concurrency", 1)) < 1:
+        return f"--max-concurrency {int(ns.max_concurrency)}: the cap on requests in flight must be at least 1"
     return None
 
 
