@@ -225,7 +225,15 @@ def read_recording(directory: Path, label: str) -> list[Run]:
     for path in directory.glob(f"{LOAD_RECORD_PREFIX}*.json"):
         record = asdict(read_load_record(path))
         records[str(record["run_id"])] = record
-    samples = samples[samples[SAMPLE.concurrency].notna()]  # a ramp before spawning completed has none
+    # A closed-loop ramp before spawning completed has no concurrency: left out. An open-loop row's
+    # level is its rate (older recordings left the cap empty until spawning completed): c=0.
+    open_loop = samples[SAMPLE.request_rate].fillna(0.0) > 0
+    samples = samples[samples[SAMPLE.concurrency].notna() | open_loop].copy()
+    samples[SAMPLE.concurrency] = samples[SAMPLE.concurrency].fillna(0)
+    if not requests.empty:
+        requests = requests.copy()
+        requests[REQUEST.concurrency] = requests[REQUEST.concurrency].where(
+            requests[REQUEST.concurrency].notna() | ~(requests[REQUEST.request_rate].fillna(0.0) > 0), 0)
     runs, repeats = [], {}
     metrics = _metrics(directory)
     client = _read_client(directory)
@@ -233,6 +241,8 @@ def read_recording(directory: Path, label: str) -> list[Run]:
     samples = align_clocks(samples, offsets, (SAMPLE.t_s,))
     requests = align_clocks(requests, offsets, (REQUEST.sent_at_s,))
     client = align_clocks(client, offsets, (CLIENT.t_s,))
+    if not client.empty:  # an open-loop run's audit rows before its cap was labelled (c=0, as its samples)
+        client = client.assign(**{CLIENT.concurrency: client[CLIENT.concurrency].fillna(0)})
     for (run_id, rate, concurrency, step), s in samples.groupby(
             [SAMPLE.run_id, samples[SAMPLE.request_rate].fillna(0.0), SAMPLE.concurrency, samples[SAMPLE.step].fillna(-1)],
             sort=True):

@@ -256,3 +256,37 @@ def test_one_rate_with_u_and_t_runs_without_steps(tmp_path):
     requests = pd.concat(pd.read_csv(f) for f in glob.glob(str(samples / "requests-*.csv")))
     assert 5 <= len(requests) <= 25, len(requests)  # 5/s for 3 s, not 90 s of it
     assert set(requests["phase"]) == {"measured"}
+
+
+def test_an_open_loop_run_whose_users_are_still_spawning_is_analysable(tmp_path):
+    """Seen: ``--request-rate 5 -u 20 -t 15s`` (Locust's -r 1: spawning never completed) ran fine,
+    but every row's concurrency was empty and ``python -m analysis`` found "no finished runs"."""
+    server = start_fake_server()
+    samples = tmp_path / "samples"
+    try:
+        server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+        proc = subprocess.run([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+                               "--headless", "--only-summary", "--request-rate", "5", "-u", "20", "-t", "4s",
+                               "--samples-dir", str(samples), *LOAD], capture_output=True, text=True, cwd=ROOT,
+                              timeout=120)
+    finally:
+        server.proc.terminate()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = pd.concat(pd.read_csv(f) for f in glob.glob(str(samples / "samples-*.csv")))
+    assert len(rows) and set(rows["concurrency"]) == {20}, "the cap labels the rows from the first request"
+    analysis = subprocess.run([sys.executable, "-m", "analysis", str(samples), "--bootstrap", "50"], capture_output=True,
+                              text=True, cwd=ROOT, timeout=300)
+    assert analysis.returncode == 0, analysis.stderr[-2000:]
+    summary = pd.read_csv(samples / "summary.csv")
+    assert list(summary["request_rate"]) == [5.0] and summary["requests"].iloc[0] > 0, summary.to_string()
+    # An older recording, its rows unlabelled: still read, its level being its rate.
+    for path in samples.glob("*.csv"):
+        frame = pd.read_csv(path)
+        if "concurrency" in frame and "request_rate" in frame:
+            frame.assign(concurrency=None).to_csv(path, index=False)
+    (samples / "summary.csv").unlink()
+    again = subprocess.run([sys.executable, "-m", "analysis", str(samples), "--bootstrap", "50"], capture_output=True,
+                           text=True, cwd=ROOT, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    older = pd.read_csv(samples / "summary.csv")
+    assert list(older["request_rate"]) == [5.0] and older["requests"].iloc[0] == summary["requests"].iloc[0]

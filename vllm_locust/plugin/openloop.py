@@ -212,7 +212,12 @@ class OpenLoop:
         try:
             rates = parse_rates(getattr(environment.parsed_options, "request_rate", ""), steps=False)
             if rates:
-                self.run.publish(request_rate=rates[0], arrivals=self.segment(rates[0], rates[0]))
+                # The level is the rate; its cap (the users) labels it from the first request, not
+                # from spawning's end: a short run of many users at Locust's -r 1 never got there,
+                # and every row's concurrency was empty (the analysis found no run).
+                cap = getattr(environment.runner, "target_user_count", None)
+                self.run.publish(request_rate=rates[0], arrivals=self.segment(rates[0], rates[0]),
+                                 **({"concurrency": int(cap)} if cap else {}))
             else:
                 self.run.publish(request_rate=None, arrivals=None)
         except ValueError as err:
