@@ -148,3 +148,13 @@ def test_parsed_options_and_a_persona_view_of_them_are_one_spec():
     set_none = defaults(prompt_tokens=64, max_tokens=None)
     assert workload_spec(absent) == workload_spec(set_none)
     assert workload_spec(absent) is not workload_spec(set_none), "an absent option is its own key"
+
+
+def test_the_readme_lists_every_option_as_the_module_prints_them():
+    """Locust's ``--help`` runs before the locustfile loads (issue 39: the README said the suite's
+    options were there); ``python -m vllm_locust.plugin.options`` prints this table instead."""
+    from vllm_locust.plugin.options import markdown_table
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert markdown_table() in readme
+    assert "python -m vllm_locust.plugin.options" in readme
