@@ -35,3 +35,26 @@ def test_good_values_pass():
 def test_step_times_must_make_sense(values, flag):
     """Seen: a negative --step-duration was accepted with exit 0."""
     assert form_errors(defaults(), values, shaped=True).startswith(flag)
+
+
+def test_a_run_of_no_time_is_refused():
+    """Seen: ``-t 0s`` ran forever (Locust reads 0 as no limit)."""
+    from vllm_locust.plugin.webform import option_errors
+
+    def with_run_time(t):
+        ns = defaults()
+        ns.run_time = t  # Locust's own option, beside the suite's
+        return ns
+
+    assert option_errors(with_run_time(0), False).startswith("-t 0s: a run of no time would never end")
+    assert option_errors(with_run_time(5), False) is None and option_errors(with_run_time(None), False) is None
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8000", "localhost:8000/v1", "ftp://h:1"])
+def test_a_host_without_http_is_one_line(host):
+    """Seen: a bare ``InvalidSchema`` from requests."""
+    from vllm_locust.backend.client import ServerCheckError, require_host
+
+    with pytest.raises(ServerCheckError, match="starts with http:// or https://"):
+        require_host(host)
+    assert require_host("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000"

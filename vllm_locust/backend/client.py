@@ -186,7 +186,12 @@ def require_host(host: str | None) -> str:
     """The host as the server's root (``http://h:p/v1`` -> ``http://h:p``), or a one-line reason to stop."""
     if not normalize_host(host):
         raise ServerCheckError("no host: pass --host http://127.0.0.1:8000 (or set it in the web UI)")
-    return normalize_host(host)
+    root = normalize_host(host)
+    scheme = root.partition("://")[0].lower() if "://" in root else ""
+    if scheme not in ("http", "https"):
+        raise ServerCheckError(f"--host {root}: a server's URL starts with http:// or https:// "
+                               f"(e.g. --host http://{root.partition('://')[2] or root})")
+    return root
 
 
 def served_models(host: str, api_key: str = "", timeout_s: float = 10.0) -> list[str]:

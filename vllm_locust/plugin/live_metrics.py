@@ -18,11 +18,13 @@ Options: ``--metrics-url`` (default: ``--host``), ``--metrics-interval`` (second
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import csv
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -195,7 +197,9 @@ class LiveMetrics:
 
     def start(self, url: str, interval_s: float, samples_dir: str | None, api_key: str = "") -> None:
         self.stop()
-        self.dir = self.dir or tempfile.mkdtemp(prefix="vllm-locust-metrics-")
+        if self.dir is None:  # one per process, for the web UI's routes across runs; removed at exit
+            self.dir = tempfile.mkdtemp(prefix="vllm-locust-metrics-")
+            atexit.register(shutil.rmtree, self.dir, ignore_errors=True)
         for name in (STATUS_JSON, SERIES_CSV):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(self.dir, name))

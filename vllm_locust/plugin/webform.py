@@ -67,6 +67,9 @@ def option_errors(ns: Namespace, shaped: bool) -> str | None:
     for flag in ("connect_timeout", "read_timeout", "start_timeout"):
         if not float(getattr(ns, flag, 1)) > 0:
             return f"--{flag.replace('_', '-')} {float(getattr(ns, flag)):g}: must be positive"
+    run_time = getattr(ns, "run_time", None)
+    if run_time is not None and not isinstance(run_time, str) and float(run_time) <= 0:
+        return f"-t {run_time}s: a run of no time would never end (Locust reads 0 as no limit); give a positive time or no -t"
     if int(getattr(ns, "max_event_bytes", 0) or 0) < 0:
         return f"--max-event-bytes {int(ns.max_event_bytes)}: zero (no limit) or more bytes"
     if int(getattr(ns, "max_concurrency", 1)) < 1:
