@@ -21,6 +21,7 @@ from pathlib import Path
 from vllm_locust.core.schema import IDS, ITL, SUMMARY, TTFT, level_name, pct_col, write_atomic
 
 from .advice import client_lag_advice
+from .csvtext import csv_text
 from .attribution import attribution_table
 from .benchjson import export_runs, import_specs
 from .checklist import checklist
@@ -140,18 +141,18 @@ def analyse(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     export_runs([r for r in runs if not r.record.get("imported")], out / "bench-serve")
     failed = failed_runs(args.runs_dir)
-    write_atomic(out / "summary.csv", summary.to_csv(index=False))
-    write_atomic(out / "comparison.csv", comparison.to_csv(index=False))
-    write_atomic(out / "verdict.csv", per_level.to_csv(index=False))
-    write_atomic(out / "failures.csv", failure_table(requests).to_csv(index=False))
+    write_atomic(out / "summary.csv", csv_text(summary))
+    write_atomic(out / "comparison.csv", csv_text(comparison))
+    write_atomic(out / "verdict.csv", csv_text(per_level))
+    write_atomic(out / "failures.csv", csv_text(failure_table(requests)))
     turns = by_turn(samples, requests)
     if len(turns):
-        write_atomic(out / SUMMARY_BY_TURN_CSV, turns.to_csv(index=False))
+        write_atomic(out / SUMMARY_BY_TURN_CSV, csv_text(turns))
     if len(persona_summary):
-        write_atomic(out / SUMMARY_BY_PERSONA_CSV, persona_summary.to_csv(index=False))
+        write_atomic(out / SUMMARY_BY_PERSONA_CSV, csv_text(persona_summary))
         if len(personas.comparison):
-            write_atomic(out / COMPARISON_BY_PERSONA_CSV, personas.comparison.to_csv(index=False))
-            write_atomic(out / VERDICT_BY_PERSONA_CSV, personas.verdicts.to_csv(index=False))
+            write_atomic(out / COMPARISON_BY_PERSONA_CSV, csv_text(personas.comparison))
+            write_atomic(out / VERDICT_BY_PERSONA_CSV, csv_text(personas.verdicts))
     trimmed = trimmed_note(requests)
     server = tidy_server(runs)
     md, html = write_reports(out, ReportInput(

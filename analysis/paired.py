@@ -24,6 +24,7 @@ import pandas as pd
 
 from vllm_locust.core.schema import REQUEST, write_atomic
 
+from .csvtext import csv_text
 from .load import AnalysisError, Run, load_runs
 from .tidy import measured, output_tokens, succeeded
 
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
     except AnalysisError as err:
         print(f"analysis.paired: {err}", file=sys.stderr)
         return 2
-    write_atomic(args.runs_dir / "paired.csv", table.to_csv(index=False))
+    write_atomic(args.runs_dir / "paired.csv", csv_text(table))
     shown = table.rename(columns={"a": f"{names[0]} (a)", "b": f"{names[1]} (b)"})
     text = (f"# Paired: {names[1]} (b) against {names[0]} (a), pair by pair\n\n"
             + shown.to_markdown(index=False, floatfmt=".2f") + "\n")

@@ -37,6 +37,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from .outbox import ForwardFile, Outbox
+from ..core.csvsafe import inert_row
 from ..core.memo import BoundedMemo, typed_key
 from ..core.record import RequestRecord
 from ..core.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
@@ -81,7 +82,7 @@ class _CsvFile:
 
     def write_many(self, rows) -> None:
         check_rows(rows, self.row_type)
-        self.writer.writerows(map(self.values, rows))
+        self.writer.writerows(inert_row(self.values(row)) for row in rows)
 
     def flush(self) -> None:
         text = self.buffer.getvalue()
@@ -288,7 +289,7 @@ class SampleRecorder:
             if self._samples is not None:
                 self._samples.buffer.write(sample_text(record))
             if self._requests is not None:
-                self._requests.writer.writerow(record.row_values())  # the columns' order (``record.REQUEST_ORDER``)
+                self._requests.writer.writerow(inert_row(record.row_values()))  # a server's text (model, error)  # the columns' order (``record.REQUEST_ORDER``)
             if rows is not None and rows <= 0:
                 return
 

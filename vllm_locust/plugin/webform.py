@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from argparse import Namespace
 
+from ..core.csvsafe import FORMULA_STARTS
 from ..core.arrivals import check_burstiness, parse_rates
 from .options import OPTIONS, as_bool, embedding_batch_size, parse_steps, workload_spec
 from .sessions import plays_sessions, session_option_errors
@@ -67,6 +68,10 @@ def option_errors(ns: Namespace, shaped: bool) -> str | None:
     for flag in ("connect_timeout", "read_timeout", "start_timeout"):
         if not float(getattr(ns, flag, 1)) > 0:
             return f"--{flag.replace('_', '-')} {float(getattr(ns, flag)):g}: must be positive"
+    run_id = str(getattr(ns, "run_id", "") or "")
+    if run_id.startswith(FORMULA_STARTS):
+        return (f"--run-id {run_id!r}: starts with {run_id[0]!r}, which a spreadsheet runs as a formula in every "
+                "CSV that names the run; choose another")
     run_time = getattr(ns, "run_time", None)
     if run_time is not None and not isinstance(run_time, str) and float(run_time) <= 0:
         return f"-t {run_time}s: a run of no time would never end (Locust reads 0 as no limit); give a positive time or no -t"
