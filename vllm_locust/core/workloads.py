@@ -31,7 +31,7 @@ from pathlib import Path
 
 from . import sources
 from .sources.exact import PromptLengthError
-from .sources.records import MESSAGES, PROMPT_FORMS, Prompt, Workload
+from .sources.records import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, MESSAGES, PROMPT_FORMS, Prompt, Workload
 from .tokens import TokenCounter
 
 __all__ = ["CACHE_VERSION", "Prompt", "PromptLengthError", "Workload", "WorkloadSpec", "build_prompts",
@@ -71,6 +71,12 @@ class WorkloadSpec:
             raise ValueError("--prompt-tokens, --max-tokens and --prompt-pool must be at least 1")
         if self.trace_block_tokens < 1 or self.max_turns < 0:
             raise ValueError("--trace-block-tokens must be at least 1 and --max-turns at least 0")
+        for flag, value, ceiling in (("--prompt-tokens", self.prompt_tokens, MAX_PROMPT_TOKENS),
+                                     ("--long-prompt-tokens", self.long_prompt_tokens, MAX_PROMPT_TOKENS),
+                                     ("--prefix-tokens", self.prefix_tokens, MAX_PROMPT_TOKENS),
+                                     ("--max-tokens", self.max_tokens, MAX_OUTPUT_TOKENS)):
+            if value > ceiling:
+                raise ValueError(f"{flag} {value:,}: more than the suite's ceiling of {ceiling:,} tokens a request")
 
     # Every option ``from_options`` reads: equal values make an equal spec (``plugin.options.workload_spec``
     # keeps the specs it built by these values, and the hot path asks once per request, issue 25).

@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
+from .records import MAX_OUTPUT_TOKENS
 from .exact import MIN_ATOMS, PromptLengthError, one_token_words
 from .records import TAG_WORDS, Prompt, Workload
 
@@ -177,6 +178,9 @@ def _custom(row: str, index: int, value: object) -> CustomRow:
     if len(lengths) == 2:
         raise DataFileError(f'{row}: give one of "output_tokens" and "max_tokens", not both')
     output = _count(row, value[lengths[0]], lengths[0]) if lengths else None
+    if output is not None and output > MAX_OUTPUT_TOKENS:
+        raise DataFileError(f'{row}: "{lengths[0]}" {output:,} is more than the suite\'s ceiling of '
+                            f'{MAX_OUTPUT_TOKENS:,} tokens a request')
     if "prompt" in value:
         return CustomRow(index, row, text=_string(row, value["prompt"], "prompt", allow_empty=False),
                          output_tokens=output)

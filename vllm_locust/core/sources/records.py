@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 
 from ..memo import BoundedMemo
 
+# Ceilings on any one request's lengths, whatever the server lists (a server that lists no
+# max_model_len set none: --prompt-tokens 10000000 ran 53 s past -t at 1.47 GB, a trace row of
+# 1e12 tokens raised MemoryError, 1e15 went out as max_tokens). 2 Mi prompt tokens is above every
+# context window vLLM serves today and a few MB of text; a longer one is refused with one line.
+MAX_PROMPT_TOKENS = 1 << 21
+MAX_OUTPUT_TOKENS = 1 << 20
 RUN_DIGITS, WORKER_DIGITS, SEQUENCE_DIGITS = 1, 2, 4  # tag words: run 1, worker 2, request number 4
 TAG_WORDS = RUN_DIGITS + WORKER_DIGITS + SEQUENCE_DIGITS
 

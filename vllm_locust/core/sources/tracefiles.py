@@ -26,6 +26,7 @@ import json
 import math
 from dataclasses import dataclass
 
+from .records import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 from .datafiles import DataFileError, dataset_file
 
 try:  # orjson parses a long trace several times faster; json is the fallback
@@ -90,9 +91,11 @@ def load_trace(path: str) -> Trace:
     return Trace(rows, fmt, tuple(notes))
 
 
-def _positive(row: str, value: object, field: str) -> int:
+def _positive(row: str, value: object, field: str, ceiling: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise DataFileError(f'{row}: "{field}" must be a positive integer')
+    if value > ceiling:
+        raise DataFileError(f'{row}: "{field}" {value:,} is more than the suite\'s ceiling of {ceiling:,} tokens a request')
     return value
 
 
@@ -123,8 +126,9 @@ def _mooncake(path: str, lines) -> list[TraceRow]:
                                                 for i in ids):
             raise DataFileError(f'{row}: "hash_ids" must be a list of integers >= 0')
         rows.append(TraceRow(_time(row, value["timestamp"], "timestamp", "milliseconds") / 1000.0,
-                             _positive(row, value["input_length"], "input_length"),
-                             _positive(row, value["output_length"], "output_length"), tuple(ids), number))
+                             _positive(row, value["input_length"], "input_length", MAX_PROMPT_TOKENS),
+                             _positive(row, value["output_length"], "output_length", MAX_OUTPUT_TOKENS), tuple(ids),
+                             number))
     return rows
 
 
@@ -170,6 +174,8 @@ def _burstgpt(path: str, lines) -> tuple[list[TraceRow], list[str]]:
         elif request == 0:
             empty += 1
         else:
+            _positive(row, request, "Request tokens", MAX_PROMPT_TOKENS)
+            _positive(row, response, "Response tokens", MAX_OUTPUT_TOKENS)
             rows.append(TraceRow(when, request, response, (), number))
     notes = []
     if failed:
