@@ -308,3 +308,22 @@ def test_the_mocks_tool_call_mode_calls_the_named_tool(mock):
     assert [c["choices"][0]["finish_reason"] for c in pieces if c["choices"]][-1] == "tool_calls"
     logged = mock.log()[0]["body"]
     assert logged["tool_choice"] == body["tool_choice"] and logged["tools"] == body["tools"]
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"index": -1, "function": {"arguments": "{"}}, "index -1"),
+    ({"index": 10 ** 30, "function": {"arguments": "{"}}, "index 1e+30"),  # past 64 bits the decoder gives a float
+    ({"index": 1.0, "function": {}}, "index 1.0"),
+    ({"index": "0", "function": {}}, "index '0'"),
+    ({"index": 0, "function": {"arguments": {"city": "Paris"}}}, "function.arguments that is a dict"),
+    ({"index": 0, "function": {"name": 7}}, "function.name that is a int"),
+    ({"index": 0, "function": "get_weather"}, "function that is a str"),
+    ("call", "that is a str"),
+])
+def test_a_malformed_tool_call_delta_is_a_bad_response_not_a_call(bad, words):
+    """Seen (L11): index -1, an index of 1e30 and object arguments were each counted as a call."""
+    with pytest.raises(Exception) as err:
+        events_of(delta(tool_calls=[call(0, "", name="get_weather")]), delta(tool_calls=[bad]),
+                  delta(finish="tool_calls", tool_calls=[]))
+    assert getattr(err.value, "kind", None) == Outcome.BAD_RESPONSE, err.value
+    assert str(err.value).startswith("bad response: a tool call ") and words in str(err.value), str(err.value)

@@ -115,12 +115,11 @@ class StreamParts:
             if self.first_tool_s is None:
                 self.first_tool_s = now
             for call in delta["tool_calls"]:
-                if not isinstance(call, dict):
-                    continue
-                index = call.get("index", 0)
-                self.tool_indexes.add(index if isinstance(index, (int, str)) else repr(index)[:40])
-                function = call.get("function")
-                if isinstance(function, dict) and function.get("arguments"):
+                problem = tool_call_problem(call)
+                if problem:
+                    raise StreamError(f"bad response: a tool call {problem}", Outcome.BAD_RESPONSE)
+                self.tool_indexes.add(call.get("index", 0))
+                if call.get("function", {}).get("arguments"):
                     self.last_args_s = now
 
     def fields(self, sent_s: float, finish_reason: str | None = None) -> dict:
@@ -196,6 +195,26 @@ def choice_text(choice: dict) -> str:
             return ""
         return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
     return choice.get("text") or ""
+
+
+MAX_TOOL_CALLS = 1024  # indexes a delta may name: a call's index is its place among the reply's calls
+
+
+def tool_call_problem(call) -> str:
+    """What is wrong with one ``delta.tool_calls`` entry as OpenAI's stream defines it (an object
+    with an integer ``index`` >= 0; ``function.name`` and ``function.arguments`` strings), or ""."""
+    if type(call) is not dict:
+        return f"that is a {type(call).__name__}, not an object"
+    index = call.get("index", 0)
+    if type(index) is not int or not 0 <= index < MAX_TOOL_CALLS:
+        return f"index {repr(index)[:40]} (an integer 0..{MAX_TOOL_CALLS - 1})"
+    function = call.get("function", {})
+    if type(function) is not dict:
+        return f"function that is a {type(function).__name__}, not an object"
+    for key in ("name", "arguments"):
+        if function.get(key) is not None and type(function[key]) is not str:
+            return f"function.{key} that is a {type(function[key]).__name__}, not a string"
+    return ""
 
 
 def choice_part(choice: dict, delta) -> int:
