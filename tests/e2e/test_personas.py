@@ -117,6 +117,17 @@ def test_a_bad_persona_file_is_one_line_and_exit_2_before_any_load(server, tmp_p
     assert server.log() == [], "nothing was sent"
 
 
+def test_more_personas_than_users_is_one_line_and_exit_2_before_any_load(server, tmp_path):
+    """Seen (L7): 10,000 personas for a few users: no user ever spawned and nothing was said."""
+    server.configure(ttft_ms=5, itl_ms=2, tokens=8, log_bodies=True)
+    path = tmp_path / "personas.toml"
+    path.write_text(PERSONAS)
+    proc = locust(server, tmp_path / "run", "-u", "2", "--personas", str(path))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"--personas {path}: 3 personas for 2 users" in proc.stderr, proc.stderr[-3000:]
+    assert server.log() == [], "nothing was sent"
+
+
 def test_the_web_ui_class_picker_starts_only_the_chosen_personas(tmp_path):
     path = tmp_path / "personas.toml"
     path.write_text(PERSONAS)

@@ -172,6 +172,11 @@ class PersonaStart:
         if error:
             return error
         shaped = environment.shape_class is not None
+        users = fewest_users(environment, shaped)
+        if users is not None and len(self.personas) > users:
+            return (f"--personas {options.personas}: {len(self.personas):,} personas for {users:,} users: no user of "
+                    f"some persona would ever start, and nothing would say so; give at least {len(self.personas):,} "
+                    "users (-u, or every step) or fewer personas")
         for persona in self.personas:
             where = f'--personas {options.personas}: persona "{persona.name}"'
             error = persona_option_errors(environment, persona, shaped)
@@ -184,6 +189,27 @@ class PersonaStart:
             except ServerCheckError as err:
                 return f"{where}: {err}"
         return None
+
+
+def fewest_users(environment, shaped: bool) -> int | None:
+    """The fewest users the run will have at once: -u, the smallest of --steps, or the open loop's
+    cap; None when unknown (a user's own shape)."""
+    options = environment.parsed_options
+    if not shaped:
+        users = getattr(environment.runner, "target_user_count", None)
+        return int(users) if users else None
+    from .options import parse_steps
+    from .shapes import ConcurrencySteps
+
+    if not isinstance(environment.shape_class, ConcurrencySteps):
+        return None
+    try:
+        steps = parse_steps(getattr(options, "steps", "") or "")
+    except ValueError:
+        return None
+    if steps:
+        return min(steps)
+    return int(getattr(options, "max_concurrency", 0) or 0) or None
 
 
 _dealers: "weakref.WeakKeyDictionary[object, dict[str, SessionDealer]]" = weakref.WeakKeyDictionary()
