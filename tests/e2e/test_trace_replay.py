@@ -137,3 +137,18 @@ def test_options_that_contradict_a_trace_stop_it_before_any_load(server, trace_f
     errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and words in errors[0], errors
     assert server.log() == [], "nothing was sent"
+
+
+def test_a_trace_cut_short_by_t_says_how_much_was_sent(server, trace_file, tmp_path):
+    """Seen: 30 of 120 rows sent, exit 0, and nothing said."""
+    proc = replay(server, trace_file, tmp_path, "--trace-speed", "0.05", "-t", "5s")  # a 30 s replay
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "trace cut short" in line]
+    assert len(said) == 1 and "of the trace's 12 requests were sent" in said[0], proc.stderr[-3000:]
+    assert "trace replayed" not in proc.stderr
+    rows = len(rows_of(tmp_path)) if glob.glob(str(tmp_path / "requests-*.csv")) else 0
+    assert rows < len(TIMES_MS), "the replay was cut"
+    import re
+
+    counted = re.search(r": (\d+|none) of the trace's", said[0])
+    assert counted and (counted.group(1) == "none" or int(counted.group(1)) <= rows), (rows, said)

@@ -270,3 +270,22 @@ class TraceReplay:
 
     def on_test_stop(self, **_kwargs) -> None:
         self._started, self._heard, self._preparing, self._times = False, None, None, None
+        if self.run.deciding:
+            self.say_if_cut()
+
+    def say_if_cut(self) -> None:
+        """A replay the run's end (``-t``, a stop) cut short says how much of the trace went out:
+        seen, 30 of 120 rows sent and nothing said, exit 0."""
+        s, self.schedule = self.schedule, None
+        if s is None or self.failures.failed:
+            return  # not a trace run, replayed whole (said), or stopped with its own line
+        rows = next(iter(self.ready.values()))[0] if self.ready else None
+        of = f" of the trace's {rows:,}" if rows is not None else ""
+        if s["epoch_s"] is None:
+            logger.warning("trace cut short: the run ended before the replay started (the workload was being "
+                           "built, or users spawned): none%s requests were sent", of)
+            return
+        sent = self.environment.stats.total.num_requests
+        span_s = max((span for _, span in self.ready.values()), default=0.0) / s["speed"]
+        logger.warning("trace cut short: the run ended %.1f s into a %.1f s replay (-t, or a stop): %d%s requests "
+                       "were sent, the rest never", time.time() - s["epoch_s"], span_s, sent, of)
