@@ -71,6 +71,9 @@ def test_one_request_rate_is_not_a_step_sequence():
     assert "one step" in one_step and "256" in one_step and "give -u" in one_step, "said at start, not found out"
     assert "not used" in steps_note(opts(steps="8,16", num_users=20)), "-u beside --steps is ignored: said so"
     assert steps_note(opts(request_rate="5", num_users=3)) is None
+    two = steps_note(opts(request_rate="2,4", step_warmup=30, step_duration=60, max_concurrency=256))
+    assert two.startswith("--request-rate 2,4: 2 steps, each 30 s warm-up") and "one step" not in two, \
+        "seen: several rates logged 'one step' and ran two"
 
 
 def test_option_help_reads_right_in_argparse_and_the_web_form():

@@ -54,6 +54,10 @@ def steps_note(options) -> str | None:
     warmup = float(getattr(options, "step_warmup", 30) or 0)
     duration = float(getattr(options, "step_duration", 60) or 0)
     cap = getattr(options, "max_concurrency", 256)
+    count = _rate_count(rate)
+    if count > 1:
+        return (f"--request-rate {rate}: {count} steps, each {warmup:g} s warm-up (--step-warmup) then {duration:g} s "
+                f"measured (--step-duration), at most {cap} requests in flight (--max-concurrency)")
     return (f"--request-rate {rate} without -u or -t: one step, {warmup:g} s warm-up (--step-warmup) then "
             f"{duration:g} s measured (--step-duration), at most {cap} requests in flight (--max-concurrency); "
             "give -u (the cap) and -t to run it without steps")
