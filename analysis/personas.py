@@ -34,7 +34,7 @@ SUMMARY_BY_PERSONA_CSV = "summary_by_persona.csv"
 COMPARISON_BY_PERSONA_CSV = "comparison_by_persona.csv"
 VERDICT_BY_PERSONA_CSV = "verdict_by_persona.csv"
 WITHIN_SLO, SLO_WHY = "within_slo", "slo_why"
-SLO_SOURCE = "slo_source"  # "persona", "--slo" or "" (none)
+SLO_SOURCE = "slo_source"  # "persona", "option" (the analysis's --slo) or "" (none); no cell starts with "-" (csvsafe)
 # One server serves every persona: its figures describe the level, not a persona.
 SERVER_WIDE = (SUMMARY.max_num_requests_running, SUMMARY.max_num_requests_waiting, SUMMARY.mean_kv_cache_usage,
                SUMMARY.preemptions, SUMMARY.prefix_cache_hit_rate, SUMMARY.server_queue_ms, SUMMARY.server_prefill_ms,
@@ -88,7 +88,7 @@ def persona_slos(runs: list[Run], default: Slo | None) -> dict[str, tuple[Slo | 
     names = {str(e["name"]) for r in runs for e in r.personas or [] if isinstance(e, dict) and e.get("name")}
     out = {name: (slo, "persona") for name, (slo, _) in own.items()}
     for name in names - set(own):
-        out[name] = (default, "--slo" if default is not None else "")
+        out[name] = (default, "option" if default is not None else "")
     return out
 
 
@@ -137,7 +137,7 @@ def by_persona(runs: list[Run], samples: pd.DataFrame, requests: pd.DataFrame, r
     durations = {r.run_key: float(r.record.get(RUN.duration_s) or 0) for r in runs}
     summaries, comparisons, judged = [], [], []
     for name in sorted(set(requests[PERSONA]) - {""}):
-        slo, source = slos.get(name, (rule.slo, "--slo" if rule.slo is not None else ""))
+        slo, source = slos.get(name, (rule.slo, "option" if rule.slo is not None else ""))
         s, r = samples[samples[PERSONA] == name], requests[requests[PERSONA] == name]
         if s.empty:
             continue

@@ -4,15 +4,17 @@ says so and exits 2, and ``--start-timeout`` bounds the checks whatever ``-t`` i
 
 from __future__ import annotations
 
-from tests.conftest import headless, start_fake_server
+from tests.conftest import headless, processes, start_fake_server
 from tests.e2e.test_secrets_and_bad_input import LOAD
 
 
 def test_a_run_that_ends_during_its_start_checks_says_so_and_exits_2(tmp_path):
+    """A distributed run's master keeps Locust's -t, which counts from the start (a local run's
+    counts from its first request: ``runclock``)."""
     server = start_fake_server()
     server.configure(hostile="drip-models", drip_ms=1000)
     try:
-        proc = headless(server.url, tmp_path, "-u", "1", "-r", "1", "-t", "3s", *LOAD)
+        proc = headless(server.url, tmp_path, *processes(1), "-u", "1", "-r", "1", "-t", "3s", *LOAD)
     finally:
         server.stop()
     assert proc.returncode == 2, proc.stderr[-3000:]
@@ -56,3 +58,28 @@ def test_a_run_leaves_no_temporary_directory_behind(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "out" / "metrics.csv").exists(), "the scraper ran (its directory was made)"
     assert not list(temp.glob("vllm-locust-metrics-*")), list(temp.iterdir())
+
+
+def test_t_counts_from_the_first_request_not_from_lockusts_start(tmp_path):
+    """Seen: the start checks and the prompts' build ran inside -t (4 of a 10 s run sent nothing on
+    a busy machine). Now the measured window, from its first phase to the run's stop, is at least
+    -t long, and the first request leaves inside it."""
+    import json
+
+    import pandas as pd
+
+    server = start_fake_server()
+    server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+    try:
+        proc = headless(server.url, tmp_path, "-u", "2", "-r", "2", "-t", "3s", *LOAD)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Run time limit set to 3 seconds, counted from the first request" in proc.stderr
+    assert "No run time limit set" not in proc.stderr, "Locust's own line would mislead"
+    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("loadrun-*.json")]
+    window_start = min(change["t_s"] for change in record["timeline"])
+    assert record["stopped_s"] - window_start >= 3.0, (record["stopped_s"] - window_start, record["timeline"])
+    assert record["options"]["run_time"] == 3, "the option is recorded as given"
+    sent = pd.concat(pd.read_csv(p) for p in tmp_path.glob("requests-*.csv"))["sent_at_s"]
+    assert sent.min() >= window_start, "no request left before the measured window began"

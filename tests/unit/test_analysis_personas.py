@@ -149,7 +149,7 @@ def test_verdict_per_persona_and_the_every_persona_flag(tenants_root):
     code, stdout = analyse(tenants_root, "--every-persona-within-slo", "--slo", "ttft:240")
     table = pd.read_csv(tenants_root / SUMMARY_BY_PERSONA_CSV)
     batch = table[(table["profile"] == "optimized") & (table["persona"] == "batch")].iloc[0]
-    assert batch["slo"] == "ttft:240" and batch["slo_source"] == "--slo" and not bool(batch["within_slo"])
+    assert batch["slo"] == "ttft:240" and batch["slo_source"] == "option" and not bool(batch["within_slo"])
     assert "batch (ttft:240): p95_ttft_ms 258.6 > 240" in pd.read_csv(tenants_root / "verdict.csv").iloc[0]["why"]
 
 

@@ -185,10 +185,10 @@ def test_a_prompt_longer_than_max_model_len_is_refused_before_it_is_built(fake_s
         raise AssertionError("no prompt is built for a workload the model cannot take")
 
     monkeypatch.setattr("vllm_locust.plugin.context.load_or_build", never)
-    code = prepare.main(["--host", fake_server.url, "--prompt-tokens", "10000000", "--prompt-cache-dir", ""])
+    code = prepare.main(["--host", fake_server.url, "--prompt-tokens", "1000000", "--prompt-cache-dir", ""])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
-    assert "--prompt-tokens 10000000 with --max-tokens 128 needs 10000128 tokens" in err[0] and "4096" in err[0]
+    assert "--prompt-tokens 1000000 with --max-tokens 128 needs 1000128 tokens" in err[0] and "4096" in err[0]
     monkeypatch.setattr("vllm_locust.plugin.context.load_or_build", workloads.load_or_build)
     assert prepare.main(["--host", fake_server.url, "--prompt-tokens", "30", "--prompt-pool", "2",
                          "--prompt-cache-dir", ""]) == 0, "a prompt that fits is built"

@@ -168,6 +168,22 @@ def sleep_until(t: float) -> None:
         time.sleep(delay)
 
 
+def drip_json(handler, obj) -> None:
+    """The whole answer announced, then sent one byte every ``drip_ms`` (``drip-models``)."""
+    data = json.dumps(obj).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    try:
+        for i in range(len(data)):
+            handler.wfile.write(data[i:i + 1])
+            handler.wfile.flush()
+            time.sleep(float(CONFIG["drip_ms"]) / 1000.0)
+    except OSError:
+        pass
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # small writes go out at once, as uvicorn sends them
@@ -212,21 +228,6 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def drip_json(self, obj) -> None:
-        """The whole answer announced, then sent one byte every ``drip_ms``."""
-        data = json.dumps(obj).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        try:
-            for i in range(len(data)):
-                self.wfile.write(data[i:i + 1])
-                self.wfile.flush()
-                time.sleep(float(CONFIG["drip_ms"]) / 1000.0)
-        except OSError:
-            pass
-
     def do_GET(self):
         self.log_encoding()
         if self.refused():
@@ -240,7 +241,7 @@ class Handler(BaseHTTPRequestHandler):
             adapters = [{"id": name, "object": "model", "root": f"/mock/lora/{name}", "parent": CONFIG["model"]}
                         for name in CONFIG.get("adapters") or ()]  # as vLLM lists each --lora-modules entry
             if CONFIG.get("hostile") == "drip-models":
-                return self.drip_json({"object": "list", "data": [entry, *adapters]})
+                return drip_json(self, {"object": "list", "data": [entry, *adapters]})
             self._json(200, {"object": "list", "data": [entry, *adapters]})
         elif self.path == "/_log":
             with LOG_LOCK:

@@ -63,22 +63,34 @@ class Verdict:
 
     def register(self, events) -> None:
         events.test_stop.add_listener(self.on_test_stop)
+        events.quitting.add_listener(self.on_quitting)
         FailureKinds.register(self.environment)  # failures by kind, over every process (``completion``)
 
     def on_test_stop(self, **_kwargs) -> None:
         if self.run.deciding:
             self.judge()
 
+    def on_quitting(self, **_kwargs) -> None:
+        """A master stopped while its start checks ran never fired ``test_stop`` (its runner had not
+        left its initial state): it exited 0, nothing measured. Said here, once, if still unsaid."""
+        if self.run.deciding and self.run.checking_since_s is not None:
+            self.ended_in_checks()
+
+    def ended_in_checks(self) -> bool:
+        if self.environment.process_exit_code is not None or self.run.checking_since_s is None:
+            return False
+        logger.error("the run ended %.1f s into its start checks (GET /v1/models, the model's fit), before "
+                     "anything was sent: the server answered more slowly than the run lasted (-t, or a stop); "
+                     "nothing was measured: exit code 2", time.time() - self.run.checking_since_s)
+        self.environment.process_exit_code = 2
+        return True
+
     def judge(self) -> None:
         """``--max-failure-ratio``: the exit code says whether the run failed too often. A run that
         completed no request at all measured nothing, whatever ratio was allowed: one line, exit 2."""
         environment = self.environment
         limit = float(getattr(environment.parsed_options, "max_failure_ratio", -1.0) or 0.0)
-        if environment.process_exit_code is None and self.run.checking_since_s is not None:
-            logger.error("the run ended %.1f s into its start checks (GET /v1/models, the model's fit), before "
-                         "anything was sent: the server answered more slowly than the run lasted (-t, or a stop); "
-                         "nothing was measured: exit code 2", time.time() - self.run.checking_since_s)
-            environment.process_exit_code = 2
+        if self.ended_in_checks():
             return
         if environment.process_exit_code is None and self.run.started_s is not None:
             nothing = nothing_completed(environment.stats, FailureKinds.of(environment))

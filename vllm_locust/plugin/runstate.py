@@ -75,6 +75,15 @@ class RunStateBroadcast:
         if self.started_s is None:
             self.started_s = time.time()
 
+    def restart(self) -> None:
+        """Nothing has been sent yet (a local run built its workload after its checks): the run and
+        the phases published so far begin now, so no measured window holds the build."""
+        now = time.time()
+        if self.started_s is not None:
+            self.started_s = now
+        for change in self.timeline:
+            change.t_s = max(change.t_s, now)
+
     def end(self) -> None:
         """The run is over: the next one starts from a fresh state and timeline."""
         self.timeline, self.started_s, self.state = [], None, RunState()

@@ -15,7 +15,8 @@ adds its own listeners to ``environment.events``:
 - ``recording`` and ``selfaudit``: the raw-sample recorder and the client's audit of itself
 - ``distribution``: a master's workers (roster, hellos, reports, drain) and a worker's flush
 - ``clients``: users' clients (one TLS context) and the stop when every request is refused
-- ``workload``: the shared workload context
+- ``clock``: a local headless run's ``-t``, counted from its first request (``runclock``)
+- ``workload``: the shared workload context, built at test start in a local run
 - ``loadrecord``: the load record (``loadrun-<run_id>.json``), written at test stop
 
 Listeners of one event run in the order they were added, so ``PARTS`` is also the order of
@@ -46,6 +47,7 @@ from .options import STEP_OPTIONS, resolve_api_key
 from .peers import PeerGuard
 from .personas import PersonaStart, install as install_personas
 from .recording import Recording
+from .runclock import RunClock
 from .runstart import RunStart
 from .runstate import RunStateBroadcast
 from .selfaudit import SelfAudit
@@ -79,8 +81,8 @@ class VllmPlugin:
     """The suite's concerns for one Locust process, attached to its ``Environment``."""
 
     ATTRIBUTE = "vllm_locust"
-    PARTS = ("failures", "run", "start", "persona_start", "view", "master", "open_loop", "trace", "self_audit", "recording", "worker",
-             "verdict", "record")  # the order their listeners are added (see the module's docstring)
+    PARTS = ("failures", "clock", "run", "start", "persona_start", "workload", "view", "master", "open_loop", "trace",
+             "self_audit", "recording", "worker", "verdict", "record")  # the order their listeners are added (see the module's docstring)
 
     def __init__(self, environment, worker_id: str | None = None, personas: list | None = None):
         self.environment = environment
@@ -94,7 +96,8 @@ class VllmPlugin:
         self.persona_start = PersonaStart(environment, self.run, self.failures, self.personas)
         self.clients = ClientFactory(environment)
         self.refusals = RefusalWatch(environment, self.failures)
-        self.workload = Workload(environment, self.failures)
+        self.clock = RunClock(environment)
+        self.workload = Workload(environment, self.failures, self.run, self.personas, self.clock)
         self.open_loop = OpenLoop(environment, self.run, self.failures)
         self.trace = TraceReplay(environment, self.run, self.failures, self.workload, self.open_loop)
         self.view = LiveView(environment, self.run, self.failures)

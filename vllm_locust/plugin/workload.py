@@ -10,8 +10,11 @@ A workload that cannot be built stops the run once, not once per user.
 from __future__ import annotations
 
 import logging
+import time
 
 import gevent.lock
+
+from ..backend.client import ServerCheckError
 
 from .context import LoadContext, build_context, context_key
 
@@ -29,11 +32,41 @@ def prompt_lengths(prompts) -> str:
 class Workload:
     """The shared ``LoadContext`` and the one line said when it cannot be built."""
 
-    def __init__(self, environment, failures):
+    def __init__(self, environment, failures, run=None, personas=(), clock=None):
         self.environment = environment
         self.failures = failures
+        self.run = run
+        self.personas = list(personas)
+        self.clock = clock
         self._contexts: dict[str, LoadContext] = {}  # persona ("" without --personas) -> its context
         self._locks: dict[str, gevent.lock.Semaphore] = {}  # persona -> the lock its builds take
+
+    def register(self, events) -> None:
+        events.test_start.add_listener(self.on_test_start)
+
+    def on_test_start(self, **_kwargs) -> None:
+        """A local run builds every context it will use now, after the start checks and before its
+        users spawn (``test_start`` runs before Locust spawns them), then starts the run's clock
+        (``runclock``): the build is neither inside ``-t`` nor inside the measured window. A
+        distributed run's workers build on their first request, as before."""
+        run = self.run
+        if run is None or not (run.deciding and run.records_samples) or self.failures.failed:
+            return
+        began = time.monotonic()
+        try:
+            if self.personas:
+                from .personas import OptionsView
+
+                for persona in self.personas:
+                    self.context(OptionsView(self.environment, persona.overrides), persona.name)
+            else:
+                self.context()
+        except (ServerCheckError, ValueError, OSError) as err:
+            self.failed(err)
+            return
+        run.restart()
+        if self.clock is not None:
+            self.clock.arm(time.monotonic() - began)
 
     def context(self, options=None, persona: str = "") -> LoadContext:
         """The workload context of the process (of ``persona``, built from its options view), built
