@@ -67,6 +67,7 @@ def _read_csv(path: Path, dtype: dict | None = None) -> pd.DataFrame:
 # turn is a whole number (nullable: empty on the requests of other workloads).
 TEXT_COLUMNS = {REQUEST.session_id: str, REQUEST.persona: str}
 WHOLE_COLUMNS = (REQUEST.turn, REQUEST.trimmed_turns)
+MEASURED_COLUMNS = (SAMPLE.value_ms,)  # never empty, never nan: a sample is its value
 
 
 def _read_many(files: list[Path], row_type, optional: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -80,7 +81,7 @@ def _read_many(files: list[Path], row_type, optional: tuple[str, ...] = ()) -> p
             raise empty_csv(f)
         frame = _read_csv(f, text or None)
         if not frame.empty:
-            frames.append(check_whole(check_csv(frame, f, required, numeric), f, WHOLE_COLUMNS))
+            frames.append(check_whole(check_csv(frame, f, required, numeric, MEASURED_COLUMNS), f, WHOLE_COLUMNS))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -134,8 +135,9 @@ def _metrics(directory: Path) -> pd.DataFrame:
 def _json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise AnalysisError(f"{path}: not readable JSON ({type(err).__name__}); move it away or delete it") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise AnalysisError(f"{path}: not readable JSON ({'nested too deeply' if isinstance(err, RecursionError) else type(err).__name__}); "
+                            "move it away or delete it") from None
     if not isinstance(data, dict):
         raise AnalysisError(f"{path}: not a JSON object")
     return data

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from vllm_locust.core.schema import RecordError, from_dict
@@ -40,9 +41,11 @@ def numeric_columns(row_type) -> tuple[str, ...]:
                  if {p.strip() for p in ann.split("|")} & {"int", "float"})
 
 
-def check_csv(frame: pd.DataFrame, path: Path, required: tuple[str, ...], numeric: tuple[str, ...]) -> pd.DataFrame:
-    """The frame with its numeric columns as numbers; ``BadRunFile`` for a missing column or a cell
-    that is text where a number belongs (an empty cell is a missing value, not an error)."""
+def check_csv(frame: pd.DataFrame, path: Path, required: tuple[str, ...], numeric: tuple[str, ...],
+              measured: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The frame with its numeric columns as numbers; ``BadRunFile`` for a missing column, a cell
+    that is text where a number belongs, an infinite one, or an empty (or ``nan``) one among
+    ``measured`` (a sample's value); elsewhere an empty cell is a missing value, not an error."""
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise BadRunFile(path, missing[0], f"missing column(s) {', '.join(missing)}: not a file this suite wrote")
@@ -56,6 +59,15 @@ def check_csv(frame: pd.DataFrame, path: Path, required: tuple[str, ...], numeri
             row = int(bad.to_numpy().nonzero()[0][0])
             raise BadRunFile(path, column, f"row {row + 1} (line {row + 2}): {str(values.iloc[row])[:40]!r} is not a number")
         frame[column] = numbers
+    for column in numeric:  # inf and nan read as numbers; no measurement is either (numpy failed on them)
+        if column not in frame:
+            continue
+        values = frame[column].astype(float)
+        bad = (values.notna() & ~np.isfinite(values)) | (values.isna() if column in measured else False)
+        if bad.any():
+            row = int(bad.to_numpy().nonzero()[0][0])
+            raise BadRunFile(path, column, f"row {row + 1} (line {row + 2}): {str(frame[column].iloc[row])[:40]!r} is "
+                                           "not a finite number")
     return frame
 
 

@@ -84,6 +84,19 @@ def test_a_gzip_bomb_on_the_model_list_is_refused_unread(fake_server):
     assert set(fake_server.accept_encodings()) == {"identity"}, "the plain requests ask for identity too"
 
 
+def test_a_model_list_nested_too_deeply_is_one_line(fake_server):
+    """Seen (issue 39, L5): 100,000 nested lists as /v1/models gave 1,443 RecursionError tracebacks."""
+    from vllm_locust.backend.modelfit import model_max_len
+
+    fake_server.configure(hostile="deep-models")
+    try:
+        with pytest.raises(ServerCheckError, match=r"/v1/models did not return an OpenAI model list$"):
+            served_models(fake_server.url)
+        assert model_max_len(fake_server.url, "fake-model") is None
+    finally:
+        fake_server.configure()
+
+
 def test_a_body_past_the_byte_cap_is_refused(fake_server):
     from vllm_locust.backend import bounds
 

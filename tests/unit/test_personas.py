@@ -95,6 +95,7 @@ def test_every_bad_entry_is_one_line_naming_the_persona_and_the_key(tmp_path, ta
     ("persona = 3\n", "no [[persona]] tables"),
     ("", "no [[persona]] tables"),
     ("[[persona]\nname=", "not TOML"),
+    ('[[persona]]\nname = "a"\nx = ' + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
     ('model = "m"\n[[persona]]\nname = "a"\n', "unknown table or key 'model'"),
 ])
 def test_bad_files_are_one_line(tmp_path, text, words):

@@ -101,6 +101,15 @@ def read_bounded(response: requests.Response, max_bytes: int = MAX_BODY_BYTES) -
     return response
 
 
+def json_of(response: requests.Response):
+    """``response.json()``, with a body nested too deeply for Python's parser (a hostile server's
+    ``[[[[...``: 1,443 tracebacks were seen) a ``ValueError`` like any other body that is not JSON."""
+    try:
+        return response.json()
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def request(method: str, url: str, headers: dict | None = None, timeout_s: float = 10.0,
             max_bytes: int = MAX_BODY_BYTES, session=None, **kwargs) -> requests.Response:
     """``requests`` with identity encoding and a bounded body; raises ``requests.RequestException``

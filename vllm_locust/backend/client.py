@@ -177,7 +177,7 @@ def serves_continuous_usage(host: str, api_key: str = "", timeout_s: float = 10.
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         response = bounds.get(url, headers, timeout_s)
-        return response.status_code == 200 and "version" in response.json()
+        return response.status_code == 200 and "version" in bounds.json_of(response)
     except (requests.RequestException, ValueError, TypeError):
         return False
 
@@ -206,14 +206,14 @@ def served_models(host: str, api_key: str = "", timeout_s: float = 10.0) -> list
         raise ServerCheckError(f"cannot reach {url}: {type(err).__name__}") from None
     if response.status_code != 200:
         try:
-            text = server_message(response.json())
+            text = server_message(bounds.json_of(response))
         except ValueError:
             text = response.text[:200]
         hint = (": the server refused the API key (--api-key, OPENAI_API_KEY or --api-key-file)"
                 if response.status_code in (401, 403) else "")
         raise ServerCheckError(f"GET {url} returned HTTP {response.status_code}: {text}{hint}")
     try:
-        return [m["id"] for m in response.json()["data"]]
+        return [m["id"] for m in bounds.json_of(response)["data"]]
     except (ValueError, KeyError, TypeError):
         raise ServerCheckError(f"GET {url} did not return an OpenAI model list") from None
 

@@ -21,7 +21,7 @@ def model_max_len(host: str, model: str, api_key: str = "", timeout_s: float = 1
     """``max_model_len`` of ``model`` in the server's model list, or None when it does not say."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        entries = bounds.get(api_base(host) + "/models", headers, timeout_s).json()["data"]
+        entries = bounds.json_of(bounds.get(api_base(host) + "/models", headers, timeout_s))["data"]
     except (requests.RequestException, ValueError, KeyError, TypeError):
         return None  # resolve_model has said what is wrong with the list, if anything
     for entry in entries if isinstance(entries, list) else []:

@@ -41,7 +41,7 @@ class ServerTokenCounter(TokenCounter):
         response = bounds.post(self.url, timeout_s=self.timeout_s, session=self.session,
                                json={"model": self.model, **body})
         response.raise_for_status()
-        return response.json()
+        return bounds.json_of(response)
 
     def count_messages(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> int:
         return int(self._post({"messages": list(messages), "add_generation_prompt": add_generation_prompt})["count"])

@@ -109,6 +109,8 @@ def parse_personas(text: str, source: str, options: Mapping[str, OptionKind],
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise PersonaError(f"{head}: not TOML ({err})") from None
+    except RecursionError:  # seen (issue 39, L6): a value of 100,000 nested arrays
+        raise PersonaError(f"{head}: not TOML this suite reads (nested too deeply)") from None
     extra = sorted(set(data) - {"persona"})
     if extra:
         raise PersonaError(f"{head}: unknown table or key {extra[0]!r} (a file of [[persona]] tables)")

@@ -37,7 +37,8 @@ is ``hostile_bytes`` of zeros, gzip-compressed), ``huge-headers`` (``hostile_byt
 headers), ``no-finish`` (``hostile_chunks`` content chunks whatever ``max_tokens`` said, none with
 a finish reason), ``bad-chunk-size`` (an invalid chunk size in the same write as the headers),
 ``drip`` (one byte of an event that never ends every ``drip_ms``), ``drip-models`` (``GET /v1/models``
-one byte every ``drip_ms``: a server too slow to start a run against). ``max_model_len`` (0: not
+one byte every ``drip_ms``: a server too slow to start a run against), ``deep-models`` (``GET
+/v1/models`` is 100,000 nested lists). ``max_model_len`` (0: not
 listed) is listed in ``GET /v1/models`` as vLLM lists it; so are ``adapters`` (``--adapter NAME``: LoRA
 adapter names, each listed with the model as ``parent``, as vLLM lists ``--lora-modules``, and served as a
 request's ``model``; each logged request has its ``model``). The recording server: ``log_bodies``
@@ -78,7 +79,7 @@ CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model":
 STREAM_EVENT_MODES = ("reasoning", "tool-call")
 TOOL_NAME = "get_weather"  # the tool a tool-call stream calls when the request names none
 HOSTILE_MODES = ("huge-event", "gzip", "gzip-always", "gzip-bomb-models", "huge-headers", "no-finish", "bad-chunk-size",
-                 "drip", "drip-models")
+                 "drip", "drip-models", "deep-models")
 ENCODINGS: list[str] = []  # Accept-Encoding of every request since the last /_config
 COMPLETIONS = [0]  # completion requests since the last /_config, for http500-every-other
 _BOMBS: dict[int, bytes] = {}
@@ -168,6 +169,14 @@ def sleep_until(t: float) -> None:
         time.sleep(delay)
 
 
+def send_bytes(handler, data: bytes, content_type: str = "application/json") -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 def drip_json(handler, obj) -> None:
     """The whole answer announced, then sent one byte every ``drip_ms`` (``drip-models``)."""
     data = json.dumps(obj).encode()
@@ -240,6 +249,8 @@ class Handler(BaseHTTPRequestHandler):
                 entry["max_model_len"] = int(CONFIG["max_model_len"])  # as vLLM lists it
             adapters = [{"id": name, "object": "model", "root": f"/mock/lora/{name}", "parent": CONFIG["model"]}
                         for name in CONFIG.get("adapters") or ()]  # as vLLM lists each --lora-modules entry
+            if CONFIG.get("hostile") == "deep-models":
+                return send_bytes(self, b"[" * 100_000 + b"]" * 100_000)
             if CONFIG.get("hostile") == "drip-models":
                 return drip_json(self, {"object": "list", "data": [entry, *adapters]})
             self._json(200, {"object": "list", "data": [entry, *adapters]})

@@ -118,3 +118,22 @@ def test_an_imported_bench_file_with_wrong_types(run, tmp_path, capsys):
     code = main([str(run.parents[2]), "--import-bench", f"{bench}:other", "--baseline", "baseline", "--bootstrap", "20"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "bench.json" in err and "ttfts" in err, err
+
+
+@pytest.mark.parametrize("pattern,column,value", [("samples-*.csv", "value_ms", "inf"), ("samples-*.csv", "value_ms", "nan"),
+                                                  ("samples-*.csv", "value_ms", "-inf"), ("samples-*.csv", "value_ms", ""),
+                                                  ("requests-*.csv", "ttft_ms", "inf")])
+def test_a_value_that_is_not_a_finite_number(run, capsys, pattern, column, value):
+    """Seen (issue 39, L4): inf or nan sample values gave numpy's "Singular matrix" and exit 1."""
+    path = one(run, pattern)
+    replace_cell(path, column, 3, value)
+    line = refused(capsys, run.parents[2], path.name, column)
+    assert "row 3" in line and "not a finite number" in line
+
+
+def test_a_load_record_nested_too_deeply(run, capsys):
+    """Seen (L4): a deeply nested loadrun-*.json raised RecursionError out of json."""
+    path = one(run, "loadrun-*.json")
+    path.write_text('{"markers": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    line = refused(capsys, run.parents[2], path.name)
+    assert "nested too deeply" in line
