@@ -58,3 +58,24 @@ def test_a_host_without_http_is_one_line(host):
     with pytest.raises(ServerCheckError, match="starts with http:// or https://"):
         require_host(host)
     assert require_host("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000"
+
+
+@pytest.mark.parametrize("workload", ["sharegpt", "custom", "trace", "conversation"])
+def test_the_form_reads_a_dataset_as_the_run_would_and_quotes_no_byte_of_it(tmp_path, workload):
+    """Seen (L8): any readable file was accepted ("Swarming started"), and the error that came
+    later quoted the file's first character."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cr3t-value\n")
+    error = form_errors(defaults(), {"workload": workload, "dataset_path": str(secret)}, False)
+    assert error is not None and "s3cr3t" not in error and "'s'" not in error, error
+    assert str(secret) in error
+    missing = form_errors(defaults(), {"workload": workload, "dataset_path": str(tmp_path / "none.json")}, False)
+    assert "no such file" in missing
+
+
+def test_a_good_dataset_passes_the_form(tmp_path):
+    import json
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"prompt": "hello there", "output_tokens": 4}) + "\n")
+    assert form_errors(defaults(), {"workload": "custom", "dataset_path": str(path)}, False) is None

@@ -130,10 +130,11 @@ def install(environment) -> list[Persona]:
 
 def persona_option_errors(environment, persona: Persona, shaped: bool) -> str | None:
     """The first problem with a persona's options (the checks a run makes on its own), or None."""
-    from .webform import option_errors
+    from .webform import dataset_errors, option_errors
 
     view = OptionsView(environment, persona.overrides)
-    return option_errors(view, shaped)
+    own_file = {"dataset_path", "workload"} & set(persona.overrides)  # the run's own is read when built
+    return option_errors(view, shaped) or (dataset_errors(view) if own_file else None)
 
 
 def combination_errors(options) -> str | None:

@@ -108,7 +108,8 @@ def _entries(path: str) -> Iterator[tuple[str, int, object]]:
         return _jsonl(path, text)
     if not head:
         raise DataFileError(f"{path}: empty file")
-    raise DataFileError(f"{path}: expected a JSON list of entries or JSONL objects, not {head!r}...")
+    raise DataFileError(f"{path}: expected a JSON list of entries or JSONL objects (it starts with neither '[' "
+                        "nor '{')")
 
 
 def _string(row: str, value: object, field: str, allow_empty: bool = True) -> str:
