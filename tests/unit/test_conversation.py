@@ -342,3 +342,14 @@ def test_a_conversation_run_with_a_request_rate_stops_before_any_request(fake_se
     with pytest.raises(StopUser):
         user.stream_completion()
     assert env.process_exit_code == 2 and fake_server.log() == [] and fired == []
+
+
+def test_without_a_listed_context_the_ceiling_bounds_the_history(tmp_path, monkeypatch):
+    """Seen (L1): no max_model_len listed, so no cap: turn-6 prompts of 18 M tokens."""
+    import vllm_locust.core.session as session_module
+
+    entry = build(dataset(tmp_path, [turns(6, reply_words=lambda t: 8)])).prompts[0]
+    monkeypatch.setattr(session_module, "MAX_PROMPT_TOKENS", 60)
+    sent = play(session(entry, max_model_len=None), reply=lambda t: " ".join(["r"] * 8))
+    assert len(sent) == 6 and sent[-1][0].trimmed_turns > 0, [p.trimmed_turns for p, _ in sent]
+    assert all(actual <= 60 + SLACK_TOKENS for _, actual in sent), [a for _, a in sent]
