@@ -68,6 +68,21 @@ def test_scraper_keeps_vllm_series_as_tidy_rows():
     assert set(rows[0]) == set(SERVER) and all(r[SERVER.t_s] == 100.0 for r in rows)
 
 
+def test_a_hostile_metrics_page_adds_at_most_the_caps_to_metrics_csv(capsys):
+    """Seen (issue 39, L2): 150,000 series, or one 15 MB label, grew metrics.csv by ~3 MB/s."""
+    from vllm_locust.backend import scraper
+
+    scraper._capped.clear()  # said once a process: this test counts its own
+    many = "".join(f'vllm:x{{i="{i}"}} 1\n' for i in range(scraper.MAX_SERIES + 500))
+    huge = 'vllm:y{l="' + "a" * 2 * scraper.MAX_LABELS_CHARS + '"} 1\nvllm:num_requests_running 2\n'
+    assert len(tidy_rows(many, 1.0)) == scraper.MAX_SERIES
+    kept = tidy_rows(huge, 1.0)
+    assert [r[SERVER.name] for r in kept] == ["vllm:num_requests_running"]
+    err = capsys.readouterr().err
+    assert err.count("left out of metrics.csv") == 2, err
+    assert scraper.MAX_SCRAPE_BYTES < 16 << 20
+
+
 def test_failed_requests_leave_latency_percentiles_and_are_counted_by_kind():
     from analysis.tidy import failure_table, successful_samples
 

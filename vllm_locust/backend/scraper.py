@@ -37,21 +37,44 @@ COLUMNS = tuple(SERVER)
 PREFIX = VLLM_PREFIX
 
 
+# What one scrape may add to metrics.csv: a hostile /metrics (150,000 series, a 15 MB label) grew it
+# by ~3 MB/s. vLLM's own page is some hundreds of series with short labels (a few thousand with
+# many LoRA adapters or models).
+MAX_SCRAPE_BYTES = 4 << 20
+MAX_SERIES = 20_000
+MAX_LABELS_CHARS = 1024
+_capped: set[str] = set()
+
+
 def fetch(url: str, timeout_s: float = 5.0, api_key: str = "") -> str:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    response = bounds.get(normalize_host(url) + "/metrics", headers, timeout_s)  # identity, bounded
+    response = bounds.get(normalize_host(url) + "/metrics", headers, timeout_s, max_bytes=MAX_SCRAPE_BYTES)
     response.raise_for_status()
     return response.text
 
 
+def _cap(what: str) -> None:
+    if what not in _capped:  # once a process
+        _capped.add(what)
+        print(f"scraper: /metrics {what}: left out of metrics.csv (said once)", file=sys.stderr, flush=True)
+
+
 def tidy_rows(text: str, t_s: float, prefix: str = PREFIX) -> list[dict]:
-    """Prometheus text -> one dict per sample."""
+    """Prometheus text -> one dict per sample, at most ``MAX_SERIES``, each labels' JSON at most
+    ``MAX_LABELS_CHARS`` (the rest left out, said once)."""
     rows = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name.startswith(prefix):
-                rows.append({SERVER.t_s: round(t_s, 3), SERVER.name: sample.name,
-                             SERVER.labels: json.dumps(sample.labels, sort_keys=True), SERVER.value: sample.value})
+                labels = json.dumps(sample.labels, sort_keys=True)
+                if len(labels) > MAX_LABELS_CHARS:
+                    _cap(f"series with labels over {MAX_LABELS_CHARS} characters")
+                    continue
+                if len(rows) >= MAX_SERIES:
+                    _cap(f"series past {MAX_SERIES:,} in one scrape")
+                    return rows
+                rows.append({SERVER.t_s: round(t_s, 3), SERVER.name: sample.name, SERVER.labels: labels,
+                             SERVER.value: sample.value})
     return rows
 
 
