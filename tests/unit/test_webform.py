@@ -7,7 +7,8 @@ from vllm_locust.plugin.webform import form_errors
 
 
 @pytest.mark.parametrize("form,shaped,message", [
-    ({"prompt_tokens": "0"}, False, "--prompt-tokens"),
+    ({"prompt_tokens": "0"}, False, "--prompt-tokens 0: must be at least 1"),
+    ({"max_tokens": "0"}, False, "--max-tokens 0: must be at least 1"),  # named three flags (issue 39)
     ({"max_tokens": "x"}, False, "--max-tokens 'x': expected a whole number"),
     ({"request_rate": "1,2"}, False, "several rates are steps"),
     ({"request_rate": "-3"}, False, "--request-rate"),

@@ -67,8 +67,10 @@ class WorkloadSpec:
         sources.source(self.name)  # an unknown name is one line naming the registered ones
         if self.prompt_form not in PROMPT_FORMS:
             raise ValueError(f"prompt form {self.prompt_form!r}: one of {', '.join(PROMPT_FORMS)}")
-        if self.prompt_tokens < 1 or self.max_tokens < 1 or self.pool < 1:
-            raise ValueError("--prompt-tokens, --max-tokens and --prompt-pool must be at least 1")
+        for flag, value in (("--prompt-tokens", self.prompt_tokens), ("--max-tokens", self.max_tokens),
+                            ("--prompt-pool", self.pool)):
+            if value < 1:  # the one flag that is wrong (all three were named)
+                raise ValueError(f"{flag} {value}: must be at least 1")
         if self.trace_block_tokens < 1 or self.max_turns < 0:
             raise ValueError("--trace-block-tokens must be at least 1 and --max-turns at least 0")
         for flag, value, ceiling in (("--prompt-tokens", self.prompt_tokens, MAX_PROMPT_TOKENS),
