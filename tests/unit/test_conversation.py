@@ -230,6 +230,8 @@ def test_completions_get_the_history_as_plain_text(tmp_path):
                               ("assistant", " r1t0 r1t1 r1t2"), ("user", entry.messages[3][1])])
     assert second.startswith("System: sys\nUser: tg c0u0") and second.endswith("\nAssistant:")
     assert "\nAssistant: r1t0 r1t1 r1t2\nUser: c0u1" in second, "the reply as the model continued the prompt"
+    assert as_text([("user", "u"), ("assistant", "No space")]) == "User: u\nAssistant:No space\nAssistant:", \
+        "a reply that does not start with a space is sent back as the model wrote it (issue 39)"
     untagged = play(session(entry, form=TEXT))
     assert [p.prompt_tokens for p, _ in untagged] == [n for _, n in untagged], "measured in the text form"
 
