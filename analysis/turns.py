@@ -69,7 +69,9 @@ def _bucket_row(rows: pd.DataFrame, samples: pd.DataFrame) -> dict:
     trimmed = pd.to_numeric(rows.get(REQUEST.trimmed_turns), errors="coerce") if REQUEST.trimmed_turns in rows else None
     row = {BY_TURN.requests: int((kinds != Outcome.INTERRUPTED.value).sum()),
            BY_TURN.failures: int((~kinds.isin((Outcome.OK.value, Outcome.INTERRUPTED.value))).sum()),
-           BY_TURN.trimmed_requests: int((trimmed > 0).sum()) if trimmed is not None else 0,
+           # of the requests counted: an interrupted one (the run's stop) is not a request here
+           BY_TURN.trimmed_requests: int(((trimmed > 0) & (kinds != Outcome.INTERRUPTED.value)).sum())
+           if trimmed is not None else 0,
            BY_TURN.mean_prompt_tokens: float(ok[REQUEST.prompt_tokens].mean()) if len(ok) else float("nan")}
     ttft = samples.loc[samples[SAMPLE.metric] == TTFT, SAMPLE.value_ms].to_numpy(dtype=float)
     for q, v in percentiles(ttft, TTFT_PCTS).items():

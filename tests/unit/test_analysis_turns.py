@@ -242,3 +242,15 @@ def test_a_run_without_conversations_gets_no_turn_table(tmp_path):
         assert main([str(tmp_path), "--bootstrap", "20"]) == 0
     assert not (tmp_path / SUMMARY_BY_TURN_CSV).exists()
     assert "Conversations" not in (tmp_path / "report.md").read_text()
+
+
+def test_an_interrupted_request_is_not_counted_as_trimmed(tmp_path, capsys):
+    """Seen (issue 39): a request the run's stop cut off was left out of ``requests`` but counted in
+    ``trimmed_requests``."""
+    specs = [Spec(at_s=0.0, ttft_ms=100.0, session="s0", turn=1),
+             Spec(at_s=0.5, ttft_ms=100.0, session="s0", turn=6, trimmed=1),
+             Spec(at_s=1.0, ttft_ms=100.0, session="s0", turn=7, trimmed=2, failure=Outcome.INTERRUPTED)]
+    write_recording(tmp_path, "only", specs)
+    assert main([str(tmp_path), "--bootstrap", "20"]) == 0, capsys.readouterr().err
+    rows = by_turn_rows(tmp_path)
+    assert rows["only", "6+"]["requests"] == 1 and rows["only", "6+"]["trimmed_requests"] == 1
