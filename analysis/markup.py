@@ -24,7 +24,13 @@ def fmt_number(x) -> str:
         return ""
     if x == 0 or abs(x) >= 100:
         return f"{x:.1f}" if x else "0"
-    return f"{x:.2f}" if abs(x) >= 1 else f"{x:.2g}"
+    if abs(x) >= 1:
+        return f"{x:.2f}"
+    for digits in (2, 3, 4, 5, 6):  # a share under 1 never shows as 1 (99.8% of requests read "1")
+        text = f"{x:.{digits}g}"
+        if abs(float(text)) < 1:
+            return text
+    return f"{x:.6f}"
 
 
 def drop_empty_columns(frame: pd.DataFrame) -> pd.DataFrame:

@@ -78,6 +78,8 @@ def test_report_numbers_and_axes_are_readable_at_their_scale():
 
     assert [fmt_number(v) for v in (0.0003, 0.0031, 0.0, 5.234, 1234.56, float("nan"))] == \
         ["0.0003", "0.0031", "0", "5.23", "1234.6", ""]
+    # seen (issue 39): slo_met_share 0.998 showed as "1" while the console said 99.8%
+    assert [fmt_number(v) for v in (0.998, 0.9999, 0.5, -0.997, 0.123)] == ["0.998", "0.9999", "0.5", "-0.997", "0.12"]
     rng = np.random.default_rng(0)
     itl = np.concatenate([rng.uniform(5, 30, 2000), [2500.0] * 5])
     samples = pd.DataFrame({"profile": "p", "request_rate": 0.0, "concurrency": 4, "metric": "ITL", "value_ms": itl})
