@@ -53,7 +53,10 @@ class Peer:
         self.seen: list[Message] = []
 
     def send(self, msg_type: str, data, node_id: str | None = None) -> None:
-        self.socket.send(Message(msg_type, data, node_id or self.node_id).serialize())
+        try:  # a peer whose handshake failed has no connection to queue on: never block on it
+            self.socket.send(Message(msg_type, data, node_id or self.node_id).serialize(), zmq.NOBLOCK)
+        except zmq.Again:
+            pass
 
     def wait_for(self, msg_type: str, timeout_s: float = 60.0) -> Message:
         deadline = time.monotonic() + timeout_s

@@ -56,7 +56,11 @@ class Relay:
                 inbound, _ = self.listener.accept()
             except OSError:
                 return
-            outbound = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                outbound = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the master is not listening yet: the worker connects again
+                inbound.close()
+                continue
             keep = self.first
             self.first = False
             threading.Thread(target=self._pump, args=(inbound, outbound, keep), daemon=True).start()
@@ -86,6 +90,30 @@ def dealer(port: int, identity: str, keys: channel.ChannelKeys | None = None):
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(f"tcp://127.0.0.1:{port}")
     return sock
+
+
+def zmtp_frame(body: bytes, command: bool = False) -> bytes:
+    flags = (0x04 if command else 0) | (0x02 if len(body) > 255 else 0)
+    return bytes([flags]) + (len(body).to_bytes(8, "big") if len(body) > 255 else bytes([len(body)])) + body
+
+
+def plain_peer(port: int, identity: str, *messages: bytes) -> None:
+    """A ZMTP 3.0 peer written by hand, as an attacker's is: the NULL mechanism's greeting and READY
+    (a DEALER of this identity), then each message, all on the wire whatever the master answers
+    (a DEALER of pyzmq would queue them until a handshake that never succeeds)."""
+    greeting = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" * 32
+
+    def prop(name: bytes, value: bytes) -> bytes:
+        return bytes([len(name)]) + name + len(value).to_bytes(4, "big") + value
+
+    ready = zmtp_frame(b"\x05READY" + prop(b"Socket-Type", b"DEALER") + prop(b"Identity", identity.encode()), True)
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.settimeout(10)
+        try:
+            s.sendall(greeting + ready + b"".join(zmtp_frame(m) for m in messages))
+            s.recv(4096)  # whatever the master says (a greeting, then it closes)
+        except OSError:
+            pass
 
 
 def rss_kib(pid: int) -> int:
@@ -137,16 +165,19 @@ def test_a_rogue_peer_cannot_end_skew_or_join_a_token_protected_run(tmp_path):
         addresses = listening_addresses(port)
         rss_before = rss_kib(master.pid)
 
-        # Outsiders, without the token.
-        h1 = dealer(port, "rogue-h1")
-        h1.send(b"\x93")  # H1
-        m1 = dealer(port, "rogue-m1")
-        m1.send(Message("client_ready", __import__("locust").__version__, "rogue-m1").serialize())  # M1
-        h2 = dealer(port, "rogue-h2")  # H2: rows of 0.5 ms under the real worker's node id
-        h2.send(Message("stats", {**locust_stats(), "vllm_locust_token": TOKEN,
-                                  "vllm_locust_rows": {real_name: sample_rows(real_worker, n=3000, run_id=RUN)}},
-                        "rogue-h2").serialize())
-        strangers += [h1, m1, h2]
+        # Outsiders, without the token: their bytes are on the wire (``plain_peer``), and a pyzmq
+        # DEALER of Locust's kind stays connected through the run, to see whether it hears anything.
+        plain_peer(port, "rogue-h1", b"\x93")  # H1
+        plain_peer(port, "rogue-m1", Message("client_ready", __import__("locust").__version__, "rogue-m1").serialize())
+        plain_peer(port, "rogue-h2", Message("stats", {  # H2: rows of 0.5 ms under the real worker's node id
+            **locust_stats(), "vllm_locust_token": TOKEN,
+            "vllm_locust_rows": {real_name: sample_rows(real_worker, n=3000, run_id=RUN)}}, real_worker).serialize())
+        m1 = dealer(port, "rogue-m1-dealer")  # M1, as Locust's own worker would try to join
+        try:
+            m1.send(Message("client_ready", __import__("locust").__version__, "rogue-m1-dealer").serialize(), zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+        strangers.append(m1)
         with socket.create_connection(("127.0.0.1", port)) as replay:  # M2: the worker's bytes, again
             replay.settimeout(5)
             replay.sendall(bytes(relay.captured))
@@ -159,7 +190,7 @@ def test_a_rogue_peer_cannot_end_skew_or_join_a_token_protected_run(tmp_path):
         # An insider, with the token: a stats report Locust's listener raised on (L13), and rows
         # under the real worker's node id from a connection that never registered.
         insider = dealer(port, "rogue-insider", channel.keys_from_token(TOKEN))
-        strangers.append(insider)
+        strangers.append(insider)  # it has the token: its sends queue until its handshake succeeds
         insider.send(Message("stats", {**locust_stats(), "stats_total": {}}, real_worker).serialize())
         insider.send(Message("stats", {**locust_stats(), "vllm_locust_token": TOKEN,
                                        "vllm_locust_rows": {real_name: sample_rows(real_worker, n=3000, run_id=RUN)}},
