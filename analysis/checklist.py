@@ -91,11 +91,18 @@ def checklist(runs: list[Run], requests: pd.DataFrame, max_client_lag_ms: float 
                   "all runs" if not scraped else f"missing in {', '.join(scraped)}"))
     restarts = {}
     for r in runs:
-        restarts.setdefault(r.profile, set()).add(r.record.get("server_dir"))
+        if r.record.get("server_dir"):
+            restarts.setdefault(r.profile, set()).add(r.record.get("server_dir"))
     external = sorted({r.profile for r in runs if r.record.get("external")})
-    items.append(("Server restarted for each profile", None if external else True,
+    # A plain Locust recording (headless or the web UI) names no server the suite started: unknown.
+    recorded = sorted({r.profile for r in runs if not r.record.get("server_dir")})
+    not_ours = [*external, *(p for p in recorded if p not in external)]
+    items.append(("Server restarted for each profile", None if not_ours else True,
                   "; ".join(f"{p}: {len(d)} start(s)" for p, d in sorted(restarts.items()))
-                  + (f" (external, not restarted by the sweep: {', '.join(external)})" if external else "")))
+                  + (f" (external, not restarted by the sweep: {', '.join(external)})" if external else "")
+                  + (f"{'; ' if restarts or external else ''}{', '.join(p for p in recorded if p not in external)}: "
+                     "a Locust recording against a server the suite did not start (restarts unknown)"
+                     if [p for p in recorded if p not in external] else "")))
     repeats = sorted({int(r.record.get("repeat", 1)) for r in runs})
     items.append(("Three or more repeats per point", max(repeats) >= 3, f"{max(repeats)} repeat(s) per point"))
     audits = {r.run_key: client_audit(measured(r.client), max_client_lag_ms) for r in runs if not r.client.empty}

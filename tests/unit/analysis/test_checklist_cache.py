@@ -42,3 +42,15 @@ def test_the_item_does_not_claim_a_low_hit_rate_for_a_run_that_shares_by_design(
     assert "hit rate under 10% in every run" not in item[2] or "by design" in item[2], item[2]
     assert "1 run(s) share them by design" in item[2] and "52%" in item[2], item[2]
     assert cache_item([run("fixed", 10.0, "plain")])[2] == "hit rate under 10% in every run"
+
+
+def test_a_locust_recording_does_not_tick_server_restarted():
+    """Seen (issue 39): a web-UI run against a server the suite did not start got the tick."""
+    from analysis.checklist import checklist
+
+    recorded = run("fixed", 10.0, "webui")
+    requests = pd.DataFrame({"workload": ["fixed"], "prompt_tokens": [32], "completion_tokens": [4],
+                             "error": [""], "kind": ["ok"], "finish_reason": ["length"]})
+    items = checklist([recorded], requests)
+    (item,) = [i for i in items if i[0].startswith("Server restarted")]
+    assert item[1] is None and "did not start" in item[2], item
