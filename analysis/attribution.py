@@ -22,7 +22,9 @@ def waiting_gauge(waiting: float, seen_max: float | None, queue_ms: float) -> st
     if waiting > 0:
         return f"up to {waiting:.0f} waiting"
     if seen_max is not None and not math.isnan(seen_max) and seen_max > 0:
-        return f"none waiting in the measured window; the gauge read up to {seen_max:.0f} elsewhere in the run"
+        # not this level's count: only the proof that the gauge works (seen quoted as if it were this level's)
+        return (f"none waiting at this level (the gauge works: it read above 0, up to {seen_max:.0f}, in another "
+                "run or moment of this label)")
     if queue_ms is not None and not math.isnan(queue_ms) and queue_ms >= QUEUED_MS:
         return "the waiting gauge read 0 throughout, which this build does not measure"
     return "none waiting"

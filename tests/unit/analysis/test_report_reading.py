@@ -238,3 +238,4 @@ def test_the_waiting_gauge_is_called_unmeasured_only_when_it_read_0_throughout()
     assert "does not measure" in never
     elsewhere = attribution_table(summary, server([0, 4, 0])).source.iloc[0]
     assert "does not measure" not in elsewhere and "up to 4" in elsewhere
+    assert "none waiting at this level" in elsewhere and "elsewhere in the run" not in elsewhere, elsewhere
