@@ -90,6 +90,16 @@ class Peer:
         self.socket.close()
 
 
+def first_rows(master: subprocess.Popen, out: Path, run: str, timeout_s: float = 120.0) -> str:
+    """The real worker's samples file on the master, once its first rows have arrived."""
+    deadline = time.monotonic() + timeout_s
+    while not glob.glob(str(out / f"samples-{run}-*.csv")) and time.monotonic() < deadline:
+        assert master.poll() is None, master.stdout.read()[-3000:]
+        time.sleep(0.2)
+    (real_file,) = glob.glob(str(out / f"samples-{run}-*.csv"))
+    return real_file
+
+
 def locust_stats() -> dict:
     """An empty but valid Locust stats report: Locust's own listeners read it before the suite's."""
     from locust.stats import RequestStats
@@ -125,11 +135,7 @@ def test_a_fake_peer_cannot_write_rows_or_crash_the_master(tmp_path):
     peers = []
     try:
         # The fakes join once the run is under way: the real worker's first rows have arrived.
-        deadline = time.monotonic() + 120
-        while not glob.glob(str(out / f"samples-{RUN}-*.csv")) and time.monotonic() < deadline:
-            assert master.poll() is None, master.stdout.read()[-3000:]
-            time.sleep(0.2)
-        (real_file,) = glob.glob(str(out / f"samples-{RUN}-*.csv"))
+        real_file = first_rows(master, out, RUN)
         real_name = Path(real_file).name
 
         b, c, d = Peer(port, "evil-node-b"), Peer(port, "evil-node-c", "wrong"), Peer(port, "evil-node-d", TOKEN)

@@ -30,7 +30,7 @@ import zmq
 from locust.rpc import Message
 
 from tests.conftest import free_port, start_fake_server
-from tests.e2e.test_fake_peer import locust_stats, sample_rows
+from tests.e2e.test_fake_peer import first_rows, locust_stats, sample_rows
 from tests.e2e.test_secrets_and_bad_input import LOAD, ROOT, listening_addresses
 from vllm_locust.plugin import channel
 
@@ -155,11 +155,7 @@ def test_a_rogue_peer_cannot_end_skew_or_join_a_token_protected_run(tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     strangers = []
     try:
-        deadline = time.monotonic() + 120
-        while not glob.glob(str(out / f"samples-{RUN}-*.csv")) and time.monotonic() < deadline:
-            assert master.poll() is None, master.stdout.read()[-3000:]
-            time.sleep(0.2)
-        (real_file,) = glob.glob(str(out / f"samples-{RUN}-*.csv"))
+        real_file = first_rows(master, out, RUN)
         real_name = Path(real_file).name
         real_worker = real_name[len(f"samples-{RUN}-"):-4]
         addresses = listening_addresses(port)
