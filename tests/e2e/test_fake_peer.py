@@ -90,6 +90,15 @@ class Peer:
         self.socket.close()
 
 
+def reap(*procs: subprocess.Popen) -> None:
+    """Each process ended by now, or killed with its group (Locust and its scraper child)."""
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def first_rows(master: subprocess.Popen, out: Path, run: str, timeout_s: float = 120.0) -> str:
     """The real worker's samples file on the master, once its first rows have arrived."""
     deadline = time.monotonic() + timeout_s
@@ -170,11 +179,7 @@ def test_a_fake_peer_cannot_write_rows_or_crash_the_master(tmp_path):
             peer.leave()
         log, _ = master.communicate(timeout=180)
     finally:
-        for proc in (master, worker):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        reap(master, worker)
         server.stop()
     assert master.returncode == 0, log[-3000:]
     names = sorted(p.name for p in out.iterdir())

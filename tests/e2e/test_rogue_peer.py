@@ -30,7 +30,7 @@ import zmq
 from locust.rpc import Message
 
 from tests.conftest import free_port, start_fake_server
-from tests.e2e.test_fake_peer import first_rows, locust_stats, sample_rows
+from tests.e2e.test_fake_peer import first_rows, locust_stats, reap, sample_rows
 from tests.e2e.test_secrets_and_bad_input import LOAD, ROOT, listening_addresses
 from vllm_locust.plugin import channel
 
@@ -202,13 +202,8 @@ def test_a_rogue_peer_cannot_end_skew_or_join_a_token_protected_run(tmp_path):
         got = {s.getsockopt(zmq.IDENTITY).decode(): s.poll(0) for s in strangers}
         master.send_signal(signal.SIGTERM)
         log, _ = master.communicate(timeout=180)
-        Path("/tmp/rogue-master.log").write_text(log) if os.environ.get("KEEP_ROGUE_LOG") else None
     finally:
-        for proc in (master, worker):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        reap(master, worker)
         for s in strangers:
             s.close()
         relay.listener.close()
