@@ -68,7 +68,10 @@ def plot_distributions(samples: pd.DataFrame, colors: dict | None = None):
             ax.set_xscale("log")  # an ITL tail of seconds over a bulk of milliseconds
         ax.set(xlabel=f"{metric} (ms)", ylabel="fraction of samples", title=f"{metric} distribution")
         ax.axhline(0.95, color="grey", lw=0.5, ls="--")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[1]:
+            ax.legend(fontsize=7)
+        else:  # an embeddings run has no TTFT or ITL: say so instead of a legend of nothing (a UserWarning)
+            ax.text(0.5, 0.5, f"no {metric} samples", transform=ax.transAxes, ha="center", va="center")
     fig.tight_layout()
     return fig
 
