@@ -64,6 +64,10 @@ class Workload:
         except (ServerCheckError, ValueError, OSError) as err:
             self.failed(err)
             return
+        except BaseException:
+            if self.clock is not None:
+                self.clock.arm(time.monotonic() - began)  # whatever broke, -t still ends the run
+            raise
         run.restart()
         if self.clock is not None:
             self.clock.arm(time.monotonic() - began)
