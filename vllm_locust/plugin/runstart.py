@@ -76,6 +76,7 @@ class RunStart:
             return
         options = environment.parsed_options
         fail = self.failures.fail_run
+        self.run.checking_since_s = None  # a web-UI run's earlier start says nothing about this one
         error = option_errors(options, environment.shape_class is not None) or writable_dir(options.samples_dir)
         if error:
             fail(error)
@@ -92,9 +93,11 @@ class RunStart:
                 if getattr(options, "paired_host", ""):  # paired mode: the other server must serve the same name
                     resolve_model(options.paired_host, options.model, options.api_key)
         except ServerCheckError as err:
+            self.run.checking_since_s = None  # ended, with its own line
             fail(str(err))
             return
         except StartTimeout:
+            self.run.checking_since_s = None
             fail(f"{environment.host}: the checks before the run (GET /v1/models, the model's fit) took more than "
                  f"--start-timeout {deadline_s:g} s: the server answers too slowly to start a run; nothing was sent")
             return
