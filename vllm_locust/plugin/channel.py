@@ -121,17 +121,20 @@ class ZapGate:
 
 
 class DropLog:
-    """Counts what a peer sent that was dropped, and logs it the first time a peer gives a reason."""
+    """Counts what a peer sent that was dropped, and logs it the first time a peer gives a reason
+    (the channel's drops here, the rows' in ``peers.PeerGuard``)."""
 
     def __init__(self):
         self._said: set[tuple[str, str]] = set()
-        self.dropped: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}  # reason: messages (or files) dropped
 
-    def drop(self, peer: str, reason: str) -> None:
+    def drop(self, peer, reason: str, detail: str = "") -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
-        if (peer, reason) not in self._said:
-            self._said.add((peer, reason))
-            logger.warning("dropped from peer %r: %s (said once per peer and reason)", peer, reason)
+        key = (repr(peer), reason)
+        if key not in self._said:
+            self._said.add(key)
+            logger.warning("dropped from peer %r: %s%s (said once per peer and reason)", peer, reason,
+                           f" ({detail})" if detail else "")
 
 
 HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL

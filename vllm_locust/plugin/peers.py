@@ -15,10 +15,9 @@ of them before any spawn (``PeerGuard.from_options``); it never travels from mas
 from __future__ import annotations
 
 import hmac
-import logging
 import secrets
 
-logger = logging.getLogger(__name__)
+from .channel import DropLog
 
 TOKEN_KEY = "vllm_locust_token"  # in a worker's hello and in each of its stats reports
 TOKEN_OPTION = "worker_token"
@@ -35,8 +34,7 @@ class PeerGuard:
 
     def __init__(self, token: str = ""):
         self.token = token
-        self._said: set[tuple[str, str]] = set()
-        self.dropped: dict[str, int] = {}  # reason: messages (or files) dropped
+        self.drops = DropLog()
 
     @classmethod
     def from_options(cls, options) -> "PeerGuard":
@@ -55,12 +53,7 @@ class PeerGuard:
 
     def drop(self, peer, reason: str, detail: str = "") -> None:
         """Count a dropped message; log it the first time this peer gives this reason."""
-        self.dropped[reason] = self.dropped.get(reason, 0) + 1
-        key = (repr(peer), reason)
-        if key not in self._said:
-            self._said.add(key)
-            logger.warning("dropped from peer %r: %s%s (said once per peer and reason)", peer, reason,
-                           f" ({detail})" if detail else "")
+        self.drops.drop(peer, reason, detail)
 
     def _checked(self, runner, peer, data, what: str) -> bool:
         if not isinstance(data, dict):
