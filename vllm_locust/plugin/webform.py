@@ -44,25 +44,22 @@ def form_errors(options: Namespace, form, shaped: bool) -> str | None:
     return option_errors(ns, shaped) or dataset_errors(ns)
 
 
-DATASET_READERS = {  # --workload -> the reader its source builds from (a bad file: one line, no bytes quoted)
-    "sharegpt": "read_sharegpt", "conversation": "read_sharegpt", "custom": "read_custom", "trace": "read_trace"}
-
-
 def dataset_errors(ns: Namespace) -> str | None:
     """The dataset file read as the run's source would read it, or None: the web form answers a
     start with this (it said "Swarming started" and failed afterwards), and so does a persona's
     check. A headless run reads it once, when its workload is built at start."""
-    reader_name = DATASET_READERS.get(str(getattr(ns, "workload", "") or ""))
-    if reader_name is None:
-        return None
-    from ..core.sources import datafiles, tracefiles
+    from ..core.sources.datafiles import DataFileError, dataset_file, read_custom, read_sharegpt
+    from ..core.sources.tracefiles import read_trace
 
-    reader = getattr(tracefiles if reader_name == "read_trace" else datafiles, reader_name)
+    workload = str(getattr(ns, "workload", "") or "")
+    reader = {"sharegpt": read_sharegpt, "conversation": read_sharegpt, "custom": read_custom,
+              "trace": read_trace}.get(workload)  # the reader each source builds from
+    if reader is None:
+        return None
     path = str(getattr(ns, "dataset_path", "") or "")
     try:
-        datafiles.dataset_file(str(ns.workload), path, "its data file")
-        reader(path)
-    except (datafiles.DataFileError, OSError, ValueError) as err:
+        reader(dataset_file(workload, path, "its data file"))
+    except (DataFileError, OSError, ValueError) as err:
         return str(err)
     return None
 
