@@ -20,6 +20,7 @@ import pandas as pd  # noqa: E402
 from vllm_locust.core.schema import COMPARISON, IDS, LEVEL, PER_RUN, SAMPLE, SUMMARY, TTFT, ITL, level_name  # noqa: E402
 
 from .server import series  # noqa: E402
+from .verdict import HIGHER_IS_BETTER  # noqa: E402
 
 # Label colours: matplotlib's tab10 without its grey (kept for the timeline's KV cache).
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
@@ -92,12 +93,29 @@ def plot_p95(summary: pd.DataFrame, colors: dict | None = None):
 
 def plot_forest(comparison: pd.DataFrame, colors: dict, baseline: str):
     """Each candidate's change against the baseline with its 95% interval: one row per label, load
-    level and metric, a line at 0. None when there is nothing to compare (one label)."""
+    level and metric, a line at 0. Latencies (below 0 is faster) and throughput or goodput (above 0
+    is more) get a panel each: on one axis a throughput row read as a latency. None when there is
+    nothing to compare (one label)."""
     rows = comparison.dropna(subset=[COMPARISON.change_pct]) if len(comparison) else comparison
     if rows is None or rows.empty:
         return None
     rows = rows.sort_values([COMPARISON.profile, *LEVEL]).reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(9, 0.28 * len(rows) + 1.6))
+    more = rows[COMPARISON.metric].isin(HIGHER_IS_BETTER)
+    panels = [(part.reset_index(drop=True), xlabel) for part, xlabel in (
+        (rows[~more], "latency change against the baseline (%), 95% interval: below 0 is faster"),
+        (rows[more], "throughput change against the baseline (%), 95% interval: above 0 is more")) if len(part)]
+    heights = [len(part) for part, _ in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 0.28 * sum(heights) + 1.6 * len(panels)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, (part, xlabel) in zip(axes[:, 0], panels):
+        _forest_panel(ax, part, colors, baseline)
+        ax.set_xlabel(xlabel, fontsize=8)
+    axes[0, 0].set_title("Effect sizes")
+    fig.tight_layout()
+    return fig
+
+
+def _forest_panel(ax, rows: pd.DataFrame, colors: dict, baseline: str) -> None:
     y = np.arange(len(rows))[::-1]
     for profile, g in rows.groupby(COMPARISON.profile, sort=False):
         ys = y[g.index.to_numpy()]
@@ -109,11 +127,7 @@ def plot_forest(comparison: pd.DataFrame, colors: dict, baseline: str):
     ax.axvline(0, color="grey", lw=1)
     ax.set_yticks(y, [f"{r.profile} {level_name(r.request_rate, r.concurrency)} {r.metric}" for r in rows.itertuples()],
                   fontsize=7)
-    ax.set(xlabel="change against the baseline (%), 95% interval: below 0 is lower latency (or less throughput)",
-           title="Effect sizes")
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    return fig
 
 
 def markers_in_windows(markers: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -182,6 +196,6 @@ def plot_timeline(samples: pd.DataFrame, server: pd.DataFrame, runs: pd.DataFram
 
 def png(fig) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")  # long tick labels are kept, not clipped
     plt.close(fig)
     return buf.getvalue()

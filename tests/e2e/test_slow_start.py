@@ -8,19 +8,44 @@ from tests.conftest import headless, processes, start_fake_server
 from tests.e2e.test_secrets_and_bad_input import LOAD
 
 
-def test_a_run_that_ends_during_its_start_checks_says_so_and_exits_2(tmp_path):
-    """A distributed run's master keeps Locust's -t, which counts from the start (a local run's
-    counts from its first request: ``runclock``)."""
+def test_a_masters_start_checks_past_their_deadline_stop_the_run_with_one_line(tmp_path):
+    """A distributed run's ``-t`` counts from its first request too (its master holds it, as a local
+    run does), so the start checks' own deadline is what ends a run against a server this slow."""
     server = start_fake_server()
     server.configure(hostile="drip-models", drip_ms=1000)
     try:
-        proc = headless(server.url, tmp_path, *processes(1), "-u", "1", "-r", "1", "-t", "3s", *LOAD)
+        proc = headless(server.url, tmp_path, *processes(1), "-u", "1", "-r", "1", "-t", "3s", "--start-timeout", "2",
+                        *LOAD)
     finally:
         server.stop()
     assert proc.returncode == 2, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if "into its start checks" in line]
-    assert len(lines) == 1 and "nothing was measured" in lines[0], proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "--start-timeout 2 s" in line]
+    assert len(said) == 1 and "nothing was sent" in said[0], proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_a_distributed_runs_workers_build_before_its_clock_starts(tmp_path):
+    """Seen: a worker built its prompts on its users' first request, inside the master's -t; with a
+    ~5 s build (``/tokenize`` at 30 ms a call) and ``-t 3s`` the run ended "nothing was measured",
+    exit 2. Now the master arms -t when every worker has built: the measured window is -t long and
+    holds every request."""
+    import json
+
+    import pandas as pd
+
+    server = start_fake_server()
+    server.configure(ttft_ms=5, itl_ms=1, tokens=8, tokenize_ms=30)
+    try:
+        proc = headless(server.url, tmp_path, *processes(1), "-u", "2", "-r", "2", "-t", "3s", *LOAD)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("every worker has built its workload") == 1, proc.stderr[-3000:]
+    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("loadrun-*.json")]
+    window_start = min(change["t_s"] for change in record["timeline"])
+    assert record["stopped_s"] - window_start >= 3.0, (record["stopped_s"] - window_start, record["timeline"])
+    rows = pd.concat(pd.read_csv(p) for p in tmp_path.glob("requests-*.csv"))
+    assert (rows["kind"] == "ok").sum() > 0 and rows["sent_at_s"].min() >= window_start
 
 
 def test_start_checks_past_their_deadline_stop_the_run_with_one_line(tmp_path):

@@ -1,5 +1,8 @@
 """The user's clock against the mock server in its own process: real SDK, real sockets, known truth."""
 
+import time
+
+import gevent
 import pytest
 
 from tests.unit.test_user import ITL_MS, TTFT_MS, by_name, make_env
@@ -15,8 +18,17 @@ def test_ttft_and_every_itl_within_1ms_of_server_truth(fake_server, tmp_path, en
     user.stream_completion()  # opens the connection and warms the SDK's parsers, as a warm-up does
     fake_server.configure(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
     fired.clear()
-    for _ in range(5):
-        user.stream_completion()
+    lags_ms: list[float] = []
+    probe = gevent.spawn(loop_lag_probe, lags_ms)
+    try:
+        for _ in range(5):
+            user.stream_completion()
+    finally:
+        probe.kill()
+    # The machine's own lateness while the requests ran, as the suite's self-audit measures it: a
+    # 1 ms sleep that wakes late means every stamp taken then is late by as much, client or not.
+    lags_ms.sort()
+    lag_median, lag_p95 = lags_ms[len(lags_ms) // 2], lags_ms[int(len(lags_ms) * 0.95)]
     log = [r for r in fake_server.log() if r["sends"]]
     assert len(log) == 5, "the server saw every request"
     ttfts, itls = by_name(fired, "TTFT"), by_name(fired, "ITL")
@@ -39,12 +51,16 @@ def test_ttft_and_every_itl_within_1ms_of_server_truth(fake_server, tmp_path, en
     # measured in docs/benchmark.md); an ITL holds the difference of two. Hence the medians.
     ttft_errors.sort()
     itl_errors.sort()
-    assert ttft_errors[2] < 1.5, f"median TTFT error {ttft_errors[2]:.3f} ms (all: {ttft_errors})"
-    assert itl_errors[len(itl_errors) // 2] < 1.0, f"median ITL error {itl_errors[len(itl_errors) // 2]:.3f} ms"
+    # Bounds: this machine's quiet figures plus the loop lag the probe measured meanwhile (a busy
+    # 2-core CI machine, with two other processes on its cores, put 5 of 75 gaps 3.9-4.5 ms off).
+    lag = f"(loop lag median {lag_median:.2f} ms, p95 {lag_p95:.2f} ms)"
+    assert ttft_errors[2] < 1.5 + lag_median, f"median TTFT error {ttft_errors[2]:.3f} ms {lag} (all: {ttft_errors})"
+    median_itl = itl_errors[len(itl_errors) // 2]
+    assert median_itl < 1.0 + lag_median, f"median ITL error {median_itl:.3f} ms {lag}"
     # Not the single worst: one wake-up delayed by another process on a shared 2-core machine
     # (CI) is the machine's, and failed this now and then; a client error shows in many gaps.
-    off = sum(e > 3.0 for e in itl_errors)
-    assert off <= len(itl_errors) // 20, f"{off} of {len(itl_errors)} ITL errors over 3 ms: {itl_errors[-5:]}"
+    off = sum(e > 3.0 + lag_p95 for e in itl_errors)
+    assert off <= len(itl_errors) // 20, f"{off} of {len(itl_errors)} ITL errors over {3.0 + lag_p95:.2f} ms {lag}: {itl_errors[-5:]}"
     e2e, tpot = by_name(fired, "E2E"), by_name(fired, "TPOT")
     assert [e["response_length"] for e in e2e] == [16] * 5, "E2E carries usage.completion_tokens"
     for i in range(5):
@@ -53,3 +69,11 @@ def test_ttft_and_every_itl_within_1ms_of_server_truth(fake_server, tmp_path, en
         assert abs(tpot[i]["response_time"] - gaps / 15) < 1e-3, "TPOT = (E2E - TTFT) / (tokens - 1)"
     assert all(e["exception"] is None for e in fired), "no failures on a clean stream"
     assert all(e["request_type"] == endpoint for e in fired)
+
+
+def loop_lag_probe(lags_ms: list[float]) -> None:
+    """Sleep 1 ms over and over and keep how late each wake-up was (ms)."""
+    while True:
+        asked = time.perf_counter()
+        gevent.sleep(0.001)
+        lags_ms.append(max(0.0, (time.perf_counter() - asked) * 1000 - 1.0))

@@ -94,9 +94,10 @@ def test_a_trace_is_replayed_at_its_times_in_its_order_and_the_run_ends_by_itsel
     rows = rows_of(tmp_path)
     assert len(rows) == len(TIMES_MS) and list(rows["prompt_index"]) == list(range(len(TIMES_MS)))
     assert set(rows["kind"]) == {"ok"}
-    # open loop as with --request-rate: lateness and queue time per request; no rate
+    # open loop as with --request-rate: lateness and queue time per request, and the trace's mean
+    # rate as the load's name (11 gaps over 1.5 s; was empty, summarised as "request_rate 0")
     assert rows["lateness_ms"].notna().all() and rows["queue_ms"].notna().all()
-    assert rows["request_rate"].isna().all()
+    assert (rows["request_rate"] == 7.333).all(), rows["request_rate"].tolist()
     log = check_timing(server, rows, speed=1.0)
     # two rows with the same hash ids: the same leading text of those blocks (the lead word, two blocks)
     words = [request["body"]["messages"][-1]["content"].split() for request in log]
@@ -110,7 +111,9 @@ def test_trace_speed_2_halves_the_trace(server, trace_file, tmp_path):
     proc = replay(server, trace_file, tmp_path, "--trace-speed", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "trace replayed: 12 requests in " in proc.stderr and "(speed 2)" in proc.stderr
-    check_timing(server, rows_of(tmp_path), speed=2.0)
+    rows = rows_of(tmp_path)
+    check_timing(server, rows, speed=2.0)
+    assert (rows["request_rate"] == 14.667).all(), "the mean rate at speed 2: 11 gaps over 0.75 s"
 
 
 def test_two_processes_send_every_row_once_and_the_run_ends_by_itself(server, trace_file, tmp_path):

@@ -70,6 +70,9 @@ def type_into(element, text: str) -> None:
     element.send_keys(text)
 
 
+LONG_LABEL = "config changed: --max-num-seqs 64 to 128, chunked prefill on, prefix caching off"
+
+
 def test_the_vllm_server_tab_in_a_real_browser(tmp_path):
     from selenium.webdriver.common.by import By
 
@@ -117,11 +120,27 @@ def test_the_vllm_server_tab_in_a_real_browser(tmp_path):
         driver.find_element(By.ID, "reset-prefix-cache").click()
         until(lambda: "prefix cache reset" in driver.find_element(By.ID, "control-status").text, "the reset's answer")
         assert server.prefix_cache_resets() == 1, "the button reached the server"
-        type_into(driver.find_element(By.ID, "marker-label"), "config changed")
+        type_into(driver.find_element(By.ID, "marker-label"), LONG_LABEL)
         driver.find_element(By.ID, "add-marker").click()
-        until(lambda: "config changed" in [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#chart-ttft .marker-label")],
-              "the marker on the charts")
+        until(lambda: [e for e in driver.find_elements(By.CSS_SELECTOR, "#chart-ttft .marker-label")
+                       if e.text.startswith("config changed")], "the marker on the charts")
         until(lambda: len(data()["history"]) > len(later["history"]) + 2, "figures after the marker")
+        # every marker label inside its chart (seen: run off the right edge), whole in its tooltip
+        for box in driver.execute_script(
+                "return Array.from(document.querySelectorAll('.marker-label')).map(function (t) {"
+                "  var b = t.getBBox(), svg = t.ownerSVGElement;"
+                "  return [b.x, b.x + b.width, svg.width.baseVal.value, t.querySelector('title').textContent]; })"):
+            assert 0 <= box[0] and box[1] <= box[2], box
+        titles = driver.execute_script("return Array.from(document.querySelectorAll('#chart-ttft .marker-label title'))"
+                                       ".map(function (t) { return t.textContent; })")
+        assert sorted(titles) == sorted(["prefix cache reset", LONG_LABEL]), titles
+        # one figure, one way: the table shows the KV cache as the chart does, in %
+        kv, cells = driver.execute_script(
+            "var r = document.querySelector(\"#latest tr[data-figure='kv_cache_usage_perc (%)']\");"
+            "return [window.vllmServerData.latest.kv_cache_usage_perc, r ? r.textContent : null]")
+        assert cells is not None, "the table names the KV cache's unit, %"
+        shown = float(cells.split(")")[-1])
+        assert abs(shown - 100 * kv) <= 0.05 * 100 * kv + 0.01, (cells, kv)
         driver.switch_to.default_content()
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / "vllm-server-tab.png"
@@ -137,7 +156,7 @@ def test_the_vllm_server_tab_in_a_real_browser(tmp_path):
         server.stop()
     (record,) = [json.loads(Path(p).read_text()) for p in glob.glob(str(samples / "loadrun-*.json"))]
     assert [(m["kind"], m["label"]) for m in record["markers"]] == [("prefix cache reset", "prefix cache reset"),
-                                                                    ("marker", "config changed")]
+                                                                    ("marker", LONG_LABEL)]
     done = subprocess.run([sys.executable, "-m", "analysis", str(samples)], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     report = (samples / "report.md").read_text()

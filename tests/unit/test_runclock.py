@@ -26,7 +26,7 @@ def workload(raises: BaseException | None):
     w = Workload(SimpleNamespace(), failures, run, (), clock)
     w.failed = failures.said.append
 
-    def context(*_args):
+    def context(*_args, **_kwargs):
         if raises is not None:
             raise raises
     w.context = context

@@ -346,5 +346,38 @@ def test_the_load_context_sends_arrival_k_as_row_k_untagged(tmp_path):
     workload = build_workload(spec, TemplateCounter())
     ctx = LoadContext("http://127.0.0.1:1", "m", spec, workload, True, True, ())
     prompt, rendered = ctx.next_request("run", SimpleNamespace(k=2))
-    assert prompt is workload.prompts[2] and prompt.send_at_s == 0.02
+    assert prompt == workload.prompts[2] and prompt.index == 2 and prompt.send_at_s == 0.02
     assert rendered == prompt.render("") and TemplateCounter().count_messages(rendered) == 80
+
+
+def test_a_long_burstgpt_trace_holds_a_few_numbers_a_row_not_a_prompt_each(tmp_path):
+    """L14: a 1 M-row BurstGPT trace held 410 MiB a process as prompt objects, and each full garbage
+    collection walked them inside the measured window. The pool now keeps columns; a prompt is
+    made when it is sent, the same prompt the rows describe."""
+    import gc
+    import tracemalloc
+
+    from vllm_locust.core.sources.records import column
+
+    rows = 20_000
+    path = tmp_path / "burst.csv"
+    with open(path, "w") as f:
+        f.write("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n")
+        for i in range(rows):
+            f.write(f"{i / 10:.1f},ChatGPT,{100 + i % 900},{1 + i % 300},0,Conversation log\n")
+    spec = WorkloadSpec(name="trace", dataset_path=str(path), max_tokens_set=False, trace_block_tokens=64)
+    gc.collect()
+    tracemalloc.start()
+    workload = build_workload(spec, WordCounter())
+    gc.collect()
+    held, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    prompts = workload.prompts
+    assert len(prompts) == rows
+    assert held / rows < 100, f"{held / rows:.0f} bytes a row (prompt objects: about 500)"
+    assert list(column(prompts, "send_at_s"))[:3] == [0.0, 0.1, 0.2]
+    assert list(column(prompts, "prompt_tokens"))[-1] == 100 + (rows - 1) % 900
+    last = prompts[-1]
+    assert (last.index, last.prompt_tokens, last.max_tokens) == (rows - 1, 100 + (rows - 1) % 900, 1 + (rows - 1) % 300)
+    assert last.blocks == tuple(own_block_id(rows - 1, i) for i in range(len(last.blocks))), "its own blocks"
+    assert WordCounter().count_messages(last.render("")) == last.prompt_tokens, "made when asked: exact as before"

@@ -211,3 +211,38 @@ def test_the_core_names_no_endpoint():
             if isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value in names() for a in node.args):
                 found.append(f"{path.name}:{node.lineno}")
     assert not found, f"the core switches on endpoint names at {found}"
+
+
+def loaded_by(module: str) -> set[str]:
+    """The top-level load-generator packages importing ``module`` loads, in a fresh interpreter."""
+    code = (f"import sys\nimport {module}\n"
+            "print(','.join(m for m in ('locust', 'gevent', 'geventhttpclient', 'openai', 'httpx2', "
+            "'vllm_locust.backend.transport') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"import {module} failed: {done.stderr[-2000:]}"
+    return set(filter(None, done.stdout.strip().split(",")))
+
+
+def modules_under(folder: str) -> list[str]:
+    return sorted(module_name(ROOT, p) for p in (ROOT / folder).rglob("*.py"))
+
+
+def test_the_package_and_its_core_load_no_locust_and_no_gevent_at_run_time():
+    """The rules above read imports' letter; this imports them. The package itself, every core
+    module together, and the lazily exported ``ChatStreamUser`` only when it is asked for."""
+    core = ",".join(modules_under("vllm_locust/core"))
+    got = loaded_by(f"vllm_locust; import {core.replace(',', '; import ')}")
+    assert not got & {"locust", "gevent", "geventhttpclient", "openai", "httpx2"}, got
+    code = "import sys\nfrom vllm_locust import ChatStreamUser\nprint(ChatStreamUser.__module__, 'locust' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["vllm_locust.plugin.user", "True"], done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("module", modules_under("vllm_locust/backend"))
+def test_a_backend_module_loads_no_locust_and_gevent_only_with_the_lean_transport(module):
+    """The lean transport (llhttp through geventhttpclient) is the one backend module allowed gevent
+    (its sockets are gevent's); no backend module loads Locust."""
+    got = loaded_by(module)
+    assert "locust" not in got, f"import {module} loaded Locust"
+    assert "gevent" not in got or "vllm_locust.backend.transport" in got, \
+        f"import {module} loaded gevent without the lean transport: {sorted(got)}"

@@ -148,21 +148,32 @@ def persona_offsets(segment: Segment, seed: int, burstiness: float, persona: int
             j += 1
 
 
-def trace_offsets(times, speed: float = 1.0, index: int = 0, count: int = 1):
+def trace_offsets(times, speed: float = 1.0, index: int = 0, count: int = 1, checked: bool = False):
     """Seconds after the replay's start of this process's share of a trace (``k % count == index``):
-    ``(k, times[k] / speed)`` pairs in the trace's order, ``times`` its send times in seconds from
-    its start (ascending). Checked whole before the first pair: a bad trace is refused, not half sent."""
+    ``(k, times[k] / speed)`` pairs in the trace's order, made as they are taken (a 1 M-row trace's
+    pairs were a list of a million tuples), ``times`` its send times in seconds from its start
+    (ascending). Checked whole before the first pair (``check_trace_times``; ``checked``: already
+    done): a bad trace is refused, not half sent."""
     check_trace_speed(speed)
     if not 0 <= index < count:
         raise ValueError(f"process slice {index} of {count}")
-    times = list(times)
+    if not hasattr(times, "__getitem__"):
+        times = list(times)
+    if not checked:
+        check_trace_times(times)
+    return ((k, times[k] / speed) for k in range(index, len(times), count))
+
+
+def check_trace_times(times) -> None:
+    """Every request of a trace has a send time >= 0, in the order they are sent; one line if not."""
+    before = 0.0
     for k, t in enumerate(times):
         if t is None or not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0):
             raise ValueError(f"trace request {k}: no send time (got {t!r}); a trace's requests each carry one")
-        if k and t < times[k - 1]:
-            raise ValueError(f"trace request {k}: sent at {t:g} s, before request {k - 1} ({times[k - 1]:g} s); "
+        if k and t < before:
+            raise ValueError(f"trace request {k}: sent at {t:g} s, before request {k - 1} ({before:g} s); "
                              "a trace's requests come in the order they are sent")
-    return iter([(k, times[k] / speed) for k in range(index, len(times), count)])
+        before = t
 
 
 def check_trace_speed(speed: float) -> None:

@@ -74,7 +74,7 @@ from .metrics import MockMetrics
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
           "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
           "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0,
-          "log_bodies": False, "distinct_replies": False, "reasoning_tokens": 4,
+          "log_bodies": False, "distinct_replies": False, "tokenize_ms": 0.0, "reasoning_tokens": 4,
           "reasoning_key": "reasoning_content", "adapters": [], "reasoning_models": []}
 STREAM_EVENT_MODES = ("reasoning", "tool-call")
 TOOL_NAME = "get_weather"  # the tool a tool-call stream calls when the request names none
@@ -295,6 +295,8 @@ class Handler(BaseHTTPRequestHandler):
             METRICS.reset_prefix_cache()  # as vLLM with VLLM_SERVER_DEV_MODE=1; without it, a 404
             return self._json(200, {})
         if self.path == "/tokenize":
+            if CONFIG.get("tokenize_ms"):
+                time.sleep(float(CONFIG["tokenize_ms"]) / 1000)  # a slow build: tests of building before the clock
             return self._json(200, {"count": tokenize_count(body), "tokens": [0] * tokenize_count(body)})
         if self.path == "/v1/embeddings":
             return answer_embeddings(self, body, recv)
@@ -541,7 +543,7 @@ def serve(port: int = 0, reuse_port: bool = False, **config) -> Server:
 DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
                   "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
                   "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0,
-                  "log_bodies": False, "distinct_replies": False, "reasoning_tokens": 4,
+                  "log_bodies": False, "distinct_replies": False, "tokenize_ms": 0.0, "reasoning_tokens": 4,
                   "reasoning_key": "reasoning_content", "adapters": [], "reasoning_models": []}
 
 

@@ -188,8 +188,16 @@ class OpenLoop:
             return
         wanted = self.persona_senders()
         if wanted is not None and wanted != a.get("personas"):
-            self.run.publish(arrivals=self.segment(a["rate0"], a["rate1"], a.get("ramp_s") or 0.0,
-                                                   a.get("key") or 0))
+            self.restart_schedule()
+
+    def restart_schedule(self) -> None:
+        """The schedule in force, published again from now (same rates and key) to the senders
+        there are now: a distributed run's workers have built (``workerbuild``), or a persona's users
+        moved. Arrivals are never handed out twice; those of the old one not yet due are dropped."""
+        a = self.run.state.arrivals
+        if not a or a.get("trace") or not self.run.deciding or self.failures.failed:
+            return
+        self.run.publish(arrivals=self.segment(a["rate0"], a["rate1"], a.get("ramp_s") or 0.0, a.get("key") or 0))
 
     def say_userless(self) -> None:
         """Once a run per persona: one that holds a share of this process's slice but no user here

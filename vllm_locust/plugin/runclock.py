@@ -1,4 +1,4 @@
-"""``-t`` counted from the first request a local headless run can send, not from Locust's start.
+"""``-t`` counted from the first request a headless run can send, not from Locust's start.
 
 Locust arms its ``--run-time`` timer as it starts the runner, so the start checks (``/v1/models``)
 and the workload's build (a tokenizer, ``/tokenize`` calls, a trace's layout) ran inside ``-t``:
@@ -6,9 +6,8 @@ on a busy 2-core machine 4 of a 10 s run sent nothing, against vLLM 15.8 of 20 s
 could end before any request completed. For a local headless run without a shape the suite takes
 the timer over: at ``init`` (before Locust reads the option) it keeps ``-t`` and leaves Locust none;
 at test start it gives the option back (records and pages show it) and arms its own timer once
-the workload is built (``Workload.on_test_start`` calls ``arm``). A shape's clock is reset instead
-(``LoadTestShape.reset_time``). A distributed run's master keeps Locust's timer: its workers build
-their own workloads, and it does not hear when.
+the workload is built (``Workload.on_test_start`` calls ``arm``; on a master, ``BuildGate`` once
+every worker has built). A shape's clock is reset instead (``LoadTestShape.reset_time``).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from __future__ import annotations
 import logging
 
 import gevent
-from locust.runners import LocalRunner
+from locust.runners import LocalRunner, MasterRunner
 
 logger = logging.getLogger(__name__)
 LOCUST_MAIN = "locust.main"
@@ -39,7 +38,7 @@ class RunClock:
         self._timer: gevent.Greenlet | None = None
         options = environment.parsed_options
         if (options is not None and getattr(options, "headless", False) and getattr(options, "run_time", None)
-                and isinstance(environment.runner, LocalRunner) and environment.shape_class is None):
+                and isinstance(environment.runner, (LocalRunner, MasterRunner)) and environment.shape_class is None):
             self.limit_s = float(options.run_time)
             options.run_time = None  # Locust arms no timer of its own
             logging.getLogger(LOCUST_MAIN).addFilter(_HideNoLimitLine())

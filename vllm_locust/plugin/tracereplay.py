@@ -25,7 +25,8 @@ import gevent
 from locust.runners import MasterRunner, WorkerRunner
 
 from ..backend.client import ServerCheckError
-from ..core.arrivals import check_trace_speed, trace_offsets
+from ..core.arrivals import check_trace_speed, check_trace_times, trace_offsets
+from ..core.sources.records import column
 
 logger = logging.getLogger(__name__)
 TRACE = "trace"  # the workload whose prompts carry send times (``core/sources/trace.py``)
@@ -58,6 +59,15 @@ def trace_errors(options) -> str | None:
     except (TypeError, ValueError) as err:
         return str(err) if "--trace-speed" in str(err) else f"--trace-speed {speed!r}: a number such as 2 or 0.5"
     return None
+
+
+def mean_rate(requests: int, span_s: float, speed: float) -> float | None:
+    """The trace's mean arrival rate at ``speed`` (requests a second, 3 decimals): ``requests - 1``
+    gaps over the span from its first row to its last; None for a trace of one instant."""
+    replay_s = span_s / speed if speed > 0 else 0.0
+    if requests < 2 or replay_s <= 0:
+        return None
+    return round((requests - 1) / replay_s, 3)
 
 
 def _count(value) -> bool:
@@ -187,7 +197,8 @@ class TraceReplay:
         self.schedule = dict(s, epoch_s=time.time() + START_LEAD_S, senders=senders)
         logger.info("trace replay: %d requests over %.1f s at speed %g, at most %s in flight (the users)",
                     n, span_s / s["speed"], s["speed"], self.environment.runner.user_count)
-        self.run.publish(arrivals=self.schedule)
+        # the rows and the summary name the load by the rate the trace delivers (was "request_rate 0")
+        self.run.publish(request_rate=mean_rate(n, span_s, s["speed"]), arrivals=self.schedule)
 
     def sender_done(self, node, key, sent: int) -> None:
         """A sender handed out its slice and every request of it is over."""
@@ -231,8 +242,9 @@ class TraceReplay:
     def _prepare(self, a: dict) -> None:
         try:
             ctx = self.workload.context()
-            times = [p.send_at_s for p in ctx.prompts]
-            trace_offsets(times, a["speed"])  # the whole trace checked here, before the start
+            times = column(ctx.prompts, "send_at_s")  # a trace's own column: no prompt made to read it
+            check_trace_speed(a["speed"])
+            check_trace_times(times)  # the whole trace checked here, before the start
         except (ServerCheckError, ValueError, OSError) as err:
             self.workload.failed(err)
             if isinstance(self.environment.runner, WorkerRunner):
@@ -258,7 +270,7 @@ class TraceReplay:
             self.open_loop.pacer.set_segment(None)
             return
         key, times = self._times
-        self.open_loop.pacer.set_trace((key, a["epoch_s"]), a["epoch_s"], trace_offsets(times, a["speed"], *mine),
+        self.open_loop.pacer.set_trace((key, a["epoch_s"]), a["epoch_s"], trace_offsets(times, a["speed"], *mine, checked=True),
                                        lambda sent: self._slice_done(key, sent))
 
     def _slice_done(self, key, sent: int) -> None:

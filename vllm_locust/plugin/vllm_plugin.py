@@ -15,8 +15,9 @@ adds its own listeners to ``environment.events``:
 - ``recording`` and ``selfaudit``: the raw-sample recorder and the client's audit of itself
 - ``distribution``: a master's workers (roster, hellos, reports, drain) and a worker's flush
 - ``clients``: users' clients (one TLS context) and the stop when every request is refused
-- ``clock``: a local headless run's ``-t``, counted from its first request (``runclock``)
+- ``clock``: a headless run's ``-t``, counted from its first request (``runclock``)
 - ``workload``: the shared workload context, built at test start in a local run
+- ``gate``: a distributed run's workers build before the run's clock starts (``workerbuild``)
 - ``loadrecord``: the load record (``loadrun-<run_id>.json``), written at test stop
 
 Listeners of one event run in the order they were added, so ``PARTS`` is also the order of
@@ -52,6 +53,7 @@ from .runstart import RunStart
 from .runstate import RunStateBroadcast
 from .selfaudit import SelfAudit
 from .webform import guard_swarm, hide_options
+from .workerbuild import BuildGate
 from .workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -81,7 +83,7 @@ class VllmPlugin:
     """The suite's concerns for one Locust process, attached to its ``Environment``."""
 
     ATTRIBUTE = "vllm_locust"
-    PARTS = ("failures", "clock", "run", "start", "persona_start", "workload", "view", "master", "open_loop", "trace",
+    PARTS = ("failures", "clock", "run", "start", "persona_start", "workload", "gate", "view", "master", "open_loop", "trace",
              "self_audit", "recording", "worker", "verdict", "record")  # the order their listeners are added (see the module's docstring)
 
     def __init__(self, environment, worker_id: str | None = None, personas: list | None = None):
@@ -99,6 +101,7 @@ class VllmPlugin:
         self.clock = RunClock(environment)
         self.workload = Workload(environment, self.failures, self.run, self.personas, self.clock)
         self.open_loop = OpenLoop(environment, self.run, self.failures)
+        self.gate = BuildGate(environment, self.run, self.failures, self.workload, self.clock, self.open_loop)
         self.trace = TraceReplay(environment, self.run, self.failures, self.workload, self.open_loop)
         self.view = LiveView(environment, self.run, self.failures)
         self.recording = Recording(environment, self.worker_id, self.run, self.failures)

@@ -198,6 +198,36 @@ def test_the_forest_plot_has_one_row_per_metric_and_level(frames):
     assert len(labels) == len(rows) and any("c=2" in l and "TTFT" in l.upper() for l in labels), labels
 
 
+def test_throughput_is_not_drawn_on_the_latency_axis(frames):
+    """Seen: throughput's change sat on the axis that says "below 0 is lower latency"."""
+    from analysis.report import plot_forest, profile_colors
+    from analysis.verdict import HIGHER_IS_BETTER
+
+    comparison = frames["comparison"].dropna(subset=["change_pct"])
+    assert comparison["metric"].isin(HIGHER_IS_BETTER).any() and (~comparison["metric"].isin(HIGHER_IS_BETTER)).any()
+    fig = plot_forest(comparison, profile_colors(["baseline", "fast"], "baseline"), "baseline")
+    for ax in fig.axes:
+        metrics = {t.get_text().split()[-1] for t in ax.get_yticklabels()}
+        higher = metrics & set(HIGHER_IS_BETTER)
+        if "below 0 is faster" in ax.get_xlabel():
+            assert not higher, f"{higher} on the latency axis"
+        else:
+            assert "above 0 is more" in ax.get_xlabel() and metrics == higher, (ax.get_xlabel(), metrics)
+    assert len(fig.axes) == 2
+
+
+def test_a_png_keeps_a_long_label_whole():
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from analysis.figures import png
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.set_yticks([0], ["a label far longer than the three-inch figure it belongs to, which clipped it"])
+    width = Image.open(io.BytesIO(png(fig))).size[0]
+    assert width > 3 * 90, f"{width} px: the label was clipped to the figure's 270"
+
+
 # -- advice only where the measurements support it -----------------------------------------------
 def test_more_workers_only_when_the_client_process_used_a_full_core():
     from analysis.advice import client_lag_advice

@@ -120,6 +120,15 @@ class Workload:
         return len(self.atoms) ** SEQUENCE_DIGITS if self.atoms else 0
 
 
+def column(prompts, name: str):
+    """One field of every prompt of a pool, in order: a pool that keeps its fields as columns (a
+    trace's ``TracePrompts``) hands the column itself, without making a million prompts to read it."""
+    columns = getattr(prompts, "columns", None)
+    if columns is not None and name in columns:
+        return columns[name]
+    return [getattr(p, name) for p in prompts]
+
+
 _TAG_TAILS = BoundedMemo(64)  # (atoms, worker, run) -> the tag's last words (``Workload.tag``)
 
 

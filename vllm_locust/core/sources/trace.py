@@ -29,7 +29,8 @@ counted and closed to its length (``ExactBuilder``'s fillers), or one line namin
 from __future__ import annotations
 
 import random
-from collections import Counter
+from array import array
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Callable
 
 from . import Source, register
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from ..tokens import TokenCounter
     from ..workloads import WorkloadSpec
 
-__all__ = ["BlockTable", "TraceSource", "block_atoms", "layout", "own_block_id"]
+__all__ = ["BlockTable", "TracePrompts", "TraceSource", "block_atoms", "layout", "own_block_id"]
 
 WANT_BLOCK_ATOMS = 64  # one-token words asked for: more atoms, shorter block headers (ids in fewer words)
 POOL_WORDS = 1 << 18  # the seeded word stream blocks are cut from (about 1 MB of text)
@@ -129,6 +130,84 @@ class BlockTable:
         return " ".join(parts)
 
 
+class TracePrompts(Sequence):
+    """A trace's pool as columns: per row its send time, lengths, block count and the last block's
+    words in arrays, its hash ids in one shared array; each ``Prompt`` is made when it is asked for
+    (a few microseconds, when it is sent). A 1 M-row BurstGPT trace held 410 MiB as prompt objects,
+    and every garbage collection walked them (``benchmarks/trace_build.py --burstgpt``)."""
+
+    def __init__(self, spec: WorkloadSpec, table: BlockTable):
+        self.table = table
+        self.max_tokens = spec.max_tokens if spec.max_tokens_set else None  # None: each row's own
+        self.text_form = spec.prompt_form == TEXT
+        self.times = array("d")  # seconds after the first row
+        self.inputs = array("i")  # input_length (the suite's ceiling, 2 Mi, fits)
+        self.outputs = array("i")
+        self.blocks = array("i")  # how many blocks the user text has
+        self.lasts = array("i")  # words of the last block (0: whole)
+        self.ids = array("q")  # every row's hash ids, one after another
+        self.ids_end = array("q")  # row r's are ids[ids_end[r - 1]:ids_end[r]]
+        self.fixed: dict[int, Prompt] = {}  # rows a tokenizer's counts made closed to length (``_close``)
+        self.columns = {"send_at_s": self.times, "prompt_tokens": self.inputs}  # ``records.column``
+
+    def add(self, at_s: float, row: TraceRow, blocks: int, last: int) -> None:
+        self.times.append(at_s)
+        self.inputs.append(row.input_length)
+        self.outputs.append(row.output_length)
+        self.blocks.append(blocks)
+        self.lasts.append(last)
+        self.ids.extend(row.hash_ids)
+        self.ids_end.append(len(self.ids))
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        fixed = self.fixed.get(index)
+        return fixed if fixed is not None else self.prompt(index)
+
+    def __eq__(self, other) -> bool:  # as a list of the same prompts would compare
+        return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # mutable (``__setitem__``), as a list
+
+    def __setitem__(self, index: int, prompt: Prompt) -> None:
+        self.fixed[index] = prompt
+
+    def row_ids(self, index: int) -> tuple[int, ...]:
+        return tuple(self.ids[self.ids_end[index - 1] if index else 0:self.ids_end[index]])
+
+    def prompt(self, index: int, blocks: tuple[int, ...] | None = None, last: int | None = None,
+               text: str = "") -> Prompt:
+        """Row ``index``'s prompt (``blocks``, ``last`` and ``text``: another layout of it)."""
+        if blocks is None:
+            k, ids = self.blocks[index], self.row_ids(index)
+            blocks = ids[:k] if len(ids) >= k else ids + tuple(own_block_id(index, i) for i in range(len(ids), k))
+            last = self.lasts[index]
+        output = self.max_tokens if self.max_tokens is not None else self.outputs[index]
+        shape = dict(text=text) if self.text_form else dict(messages=(("user", text),) if text else _USER)
+        return Prompt(index, "trace", self.inputs[index], max_tokens=output, send_at_s=self.times[index],
+                      blocks=blocks, block_words=last, block_table=self.table, **shape)
+
+    def uses(self) -> tuple[int, int, int]:
+        """Blocks named by hash id, those shared by more than one row, and own blocks: the note's figures."""
+        seen: dict[int, int] = {}
+        own, start = 0, 0
+        for index, end in enumerate(self.ids_end):
+            ids = set(self.ids[start:end][:self.blocks[index]])
+            for b in ids:
+                seen[b] = seen.get(b, 0) + 1
+            own += max(0, self.blocks[index] - (end - start))
+            start = end
+        return len(seen), sum(1 for c in seen.values() if c > 1), own
+
+
 def layout(index: int, ids: tuple[int, ...], words: int, n: int) -> tuple[tuple[int, ...], int]:
     """The blocks of a user text of ``words`` words: the row's ids as far as they reach, its own
     ids after them; and the words of the last block (0: whole)."""
@@ -160,8 +239,8 @@ class TraceSource(Source):
                 raise DataFileError(f"{path}: no requests left: every row is shorter than {form} and the lead "
                                     f"word ({overhead} tokens)")
         first = rows[0].time_s
-        prompts, padded = [], 0
-        for index, row in enumerate(rows):
+        prompts, padded = TracePrompts(spec, table), 0
+        for row in rows:
             where = f"{path} line {row.line}"
             if len(row.hash_ids) > -(-row.input_length // n):
                 raise DataFileError(f'{where}: "hash_ids" has {len(row.hash_ids)} blocks, more than input_length '
@@ -170,9 +249,9 @@ class TraceSource(Source):
             if words < 1:
                 raise DataFileError(f'{where}: "input_length" {row.input_length} is too short: {form} and the '
                                     f'lead word take {overhead} tokens, leaving none for blocks')
-            blocks, last = layout(index, row.hash_ids, words, n)
-            padded += len(blocks) > len(row.hash_ids) and bool(row.hash_ids)
-            prompts.append(self._prompt(spec, index, row, blocks, last, table, row.time_s - first))
+            k = -(-words // n)
+            padded += k > len(row.hash_ids) and bool(row.hash_ids)
+            prompts.add(row.time_s - first, row, k, words - n * (k - 1) if words % n else 0)
         closed = self._check(spec, prompts, rows, count, overhead, path)
         notes = [f"{short:,} rows shorter than {form} and the lead word ({overhead} tokens) left out"] if short else []
         return Workload(prompts, (), self._note(trace, prompts, n, padded, closed, notes))
@@ -191,7 +270,7 @@ class TraceSource(Source):
         return Prompt(index, "trace", row.input_length, max_tokens=output, send_at_s=at_s, blocks=blocks,
                       block_words=last, block_table=table, **shape)
 
-    def _check(self, spec, prompts: list[Prompt], rows: list[TraceRow], count, overhead: int, path: str) -> int:
+    def _check(self, spec, prompts: TracePrompts, rows: list[TraceRow], count, overhead: int, path: str) -> int:
         """Count a sample of prompts; if one is off, count every one and close it. Returns how many
         were closed (0 when the sample held)."""
         sample = list(range(min(CHECKED_FIRST, len(prompts))))
@@ -200,7 +279,8 @@ class TraceSource(Source):
         if all(count(prompts[i]) == prompts[i].prompt_tokens for i in sample):
             return 0
         closed = 0
-        for i, prompt in enumerate(prompts):
+        for i in range(len(prompts)):
+            prompt = prompts[i]
             fixed = self._close(spec, prompt, rows[i], count, overhead, f"{path} line {rows[i].line}")
             if fixed is not prompt:
                 prompts[i] = fixed
@@ -248,12 +328,10 @@ class TraceSource(Source):
                                 f"(closest {have if best is None else best_have})")
 
     @staticmethod
-    def _note(trace, prompts: list[Prompt], n: int, padded: int, closed: int, notes: list[str]) -> str:
-        uses = Counter(b for p in prompts for b in set(p.blocks) if b >= 0)
-        own = sum(1 for p in prompts for b in p.blocks if b < 0)
-        shared = sum(1 for c in uses.values() if c > 1)
-        span = prompts[-1].send_at_s - prompts[0].send_at_s
-        parts = [f"trace: {len(prompts):,} requests over {span:,.1f} s, {len(uses) + own:,} blocks "
+    def _note(trace, prompts: TracePrompts, n: int, padded: int, closed: int, notes: list[str]) -> str:
+        named, shared, own = prompts.uses()
+        span = prompts.times[-1] - prompts.times[0]
+        parts = [f"trace: {len(prompts):,} requests over {span:,.1f} s, {named + own:,} blocks "
                  f"({shared:,} shared by more than one request), block {n} tokens"]
         parts += list(trace.notes) + notes
         if padded:

@@ -1,0 +1,153 @@
+"""A distributed run's workers build before its clock starts (``workerbuild.BuildGate``), against
+Locust's runner classes with their sockets left out: what each side says, when, and to whom."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gevent
+import pytest
+from locust.rpc import Message
+from locust.runners import MasterRunner, WorkerRunner
+
+from vllm_locust.plugin import workerbuild
+from vllm_locust.plugin.workerbuild import BUILT_MESSAGE, GO_MESSAGE, BuildGate
+
+RUN = "20261206-210000"
+
+
+class FakeMaster(MasterRunner):
+    """A master's workers and the messages it sends; no port bound."""
+
+    def __init__(self, clients):  # noqa: super().__init__ would bind the master's port
+        self.clients, self.sent, self.handlers, self.greenlet = SimpleNamespace(all=clients), [], {}, None
+
+    def register_message(self, name, handler, concurrent=False):
+        self.handlers[name] = handler
+
+    def send_message(self, msg_type, data=None, client_id=None):
+        self.sent.append((msg_type, data, client_id))
+
+
+class FakeWorker(WorkerRunner):
+    def __init__(self):  # noqa: super().__init__ would connect to a master
+        self.sent, self.handlers, self.greenlet = [], {}, None
+
+    def register_message(self, name, handler, concurrent=False):
+        self.handlers[name] = handler
+
+    def send_message(self, msg_type, data=None, client_id=None):
+        self.sent.append((msg_type, data))
+
+
+class Failures:
+    def __init__(self):
+        self.failed, self.lines = False, []
+
+    def fail_run(self, message, **_kwargs):
+        self.failed = True
+        self.lines.append(message)
+
+
+def gate_for(runner, build=lambda: None):
+    calls = []
+    failures = Failures()
+    run = SimpleNamespace(deciding=isinstance(runner, MasterRunner), records_samples=not isinstance(runner, MasterRunner),
+                          state=SimpleNamespace(run_id=RUN), restart=lambda: calls.append("restart"))
+    workload = SimpleNamespace(gate=None, build_all=build, failed=lambda err: failures.fail_run(f"cannot build: {err}"))
+    env = SimpleNamespace(runner=runner, stats=SimpleNamespace(reset_all=lambda: calls.append("reset stats")))
+    gate = BuildGate(env, run, failures, workload, SimpleNamespace(arm=lambda s: calls.append("arm")),
+                     SimpleNamespace(restart_schedule=lambda: calls.append("restart schedule")))
+    gate.register(SimpleNamespace(test_start=SimpleNamespace(add_listener=lambda f: None),
+                                  test_stop=SimpleNamespace(add_listener=lambda f: None)))
+    return gate, calls, failures, workload
+
+
+def node(name, state="running"):
+    return SimpleNamespace(id=name, state=state)
+
+
+def built(gate, name, run_id=RUN, **extra):
+    gate.on_built_message(Message(BUILT_MESSAGE, {"run_id": run_id, "failed": False, **extra}, name))
+
+
+def test_the_master_says_go_once_every_worker_that_is_not_missing_has_built():
+    master = FakeMaster([node("w1"), node("w2"), node("gone", state="missing")])
+    gate, calls, failures, _ = gate_for(master)
+    gate.on_test_start()
+    built(gate, "w1")
+    assert master.sent == [] and calls == [], "w2 is still building: no go, no clock"
+    built(gate, "w2", run_id="an-earlier-run")
+    assert master.sent == [], "another run's message counts for nothing"
+    built(gate, "w2")
+    assert master.sent == [(GO_MESSAGE, {"run_id": RUN}, None)], "one go, to every worker"
+    assert calls == ["restart", "restart schedule", "reset stats", "arm"], "the run's time starts at go"
+    gate.on_test_stop()
+
+
+def test_a_worker_that_builds_after_go_is_told_go_alone():
+    master = FakeMaster([node("w1")])
+    gate, calls, _, _ = gate_for(master)
+    gate.on_test_start()
+    built(gate, "w1")
+    master.clients.all.append(node("late"))
+    built(gate, "late")
+    assert master.sent[-1] == (GO_MESSAGE, {"run_id": RUN}, "late")
+    assert calls.count("arm") == 1, "the clock is armed once"
+    gate.on_test_stop()
+
+
+def test_a_worker_lost_while_building_does_not_hold_the_others(monkeypatch):
+    monkeypatch.setattr(workerbuild, "CHECK_EVERY_S", 0.01)
+    lost = node("lost")
+    master = FakeMaster([node("w1"), lost])
+    gate, _, _, _ = gate_for(master)
+    gate.on_test_start()
+    built(gate, "w1")
+    assert master.sent == []
+    lost.state = "missing"
+    with gevent.Timeout(10, AssertionError("no go after the worker went missing")):
+        while not master.sent:
+            gevent.sleep(0.01)
+    assert master.sent == [(GO_MESSAGE, {"run_id": RUN}, None)]
+    gate.on_test_stop()
+
+
+def test_a_build_that_failed_on_a_worker_stops_the_run_with_its_reason():
+    master = FakeMaster([node("w1"), node("w2")])
+    gate, calls, failures, _ = gate_for(master)
+    gate.on_test_start()
+    built(gate, "w1", failed=True, why="--dataset-path x.jsonl: no such file")
+    assert failures.lines == ["cannot build the workload on worker w1: --dataset-path x.jsonl: no such file"]
+    built(gate, "w2")
+    assert master.sent == [] and "arm" not in calls, "a failed run is never told go"
+    gate.on_test_stop()
+
+
+def test_a_workers_users_wait_at_the_gate_until_go():
+    worker = FakeWorker()
+    gate, _, _, workload = gate_for(worker)
+    assert workload.gate is gate, "the worker's workload waits on the gate"
+    gate.on_test_start()
+    user = gevent.spawn(gate.wait)
+    gevent.sleep(0.05)
+    assert worker.sent == [(BUILT_MESSAGE, {"run_id": RUN, "failed": False})], "built, with the run's id"
+    assert not user.ready(), "built is not go: the user still waits"
+    worker.handlers[GO_MESSAGE](Message(GO_MESSAGE, {"run_id": RUN}, "master"))
+    user.join(timeout=5)
+    assert user.ready()
+
+
+@pytest.mark.parametrize("error, why", [(ValueError("--prompt-tokens 0"), "--prompt-tokens 0"),
+                                        (KeyError("surprise"), "KeyError: 'surprise'")])
+def test_a_build_that_breaks_tells_the_master_and_lets_the_users_meet_it(error, why):
+    def build():
+        raise error
+
+    worker = FakeWorker()
+    gate, _, _, _ = gate_for(worker, build)
+    gate.on_test_start()
+    gevent.sleep(0.05)
+    assert worker.sent == [(BUILT_MESSAGE, {"run_id": RUN, "failed": True, "why": why})]
+    with gevent.Timeout(1, AssertionError("the gate stayed shut after a failed build")):
+        gate.wait()

@@ -1,0 +1,161 @@
+"""A distributed run's workers build their workloads before the run's clock starts.
+
+A worker built its workload on its users' first request, inside the master's ``-t`` and measured
+window: with a ~5 s build (slow ``/tokenize``) and ``-t 3s`` the run ended "nothing was measured",
+exit 2. Now each worker builds at its own test start, in its own greenlet (heartbeats go on), holds
+its users at a gate and tells its master (``BUILT_MESSAGE``, with the run id; a build that breaks
+says so). When every worker that is not missing has built, the master starts the run's time over
+(timeline, open-loop schedule, Locust's totals), arms ``-t`` (``runclock``) and says go
+(``GO_MESSAGE``); a worker that builds later goes when it has built. While it waits the master names
+the workers it waits for, every ``SAY_EVERY_S``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import gevent
+import gevent.event
+from locust.runners import MasterRunner, WorkerRunner
+
+from ..backend.client import ServerCheckError
+
+logger = logging.getLogger(__name__)
+BUILT_MESSAGE = "vllm_locust_built"  # worker -> master: {"run_id", "failed", "why"}
+GO_MESSAGE = "vllm_locust_go"  # master -> worker: {"run_id"}
+SAY_EVERY_S = 10.0
+CHECK_EVERY_S = 0.5  # how often the master looks again (a worker lost while building)
+WHY_CHARS = 300
+
+
+class BuildGate:
+    """The worker's gate (its users wait until go) and the master's wait for every worker's build."""
+
+    def __init__(self, environment, run, failures, workload, clock, open_loop):
+        self.environment = environment
+        self.run = run
+        self.failures = failures
+        self.workload = workload
+        self.clock = clock
+        self.open_loop = open_loop
+        self._open = gevent.event.Event()
+        self._open.set()  # open unless a worker's build holds it
+        self.built: set[str] = set()  # master: the workers that have built this run's workload
+        self.went = False  # master: go was said for this run
+        self._began = 0.0
+        self._watch: gevent.Greenlet | None = None
+        self._active = False  # master: between this run's start and its stop
+        self._run_id = None
+
+    def register(self, events) -> None:
+        runner = self.environment.runner
+        if isinstance(runner, MasterRunner):
+            runner.register_message(BUILT_MESSAGE, self.on_built_message)
+        elif isinstance(runner, WorkerRunner):
+            runner.register_message(GO_MESSAGE, self.on_go_message)
+            self.workload.gate = self
+        else:
+            return  # a local run builds in ``Workload.on_test_start``
+        events.test_start.add_listener(self.on_test_start)
+        events.test_stop.add_listener(self.on_test_stop)
+
+    # -- worker ---------------------------------------------------------------------------------
+    def wait(self) -> None:
+        if not self._open.is_set():
+            self._open.wait()
+
+    def on_test_start(self, **_kwargs) -> None:
+        if self.run.deciding:
+            self._master_start()
+        elif self.run.records_samples and not self.failures.failed:
+            self._open.clear()
+            gevent.spawn(self._build, self.run.state.run_id)
+
+    def _build(self, run_id) -> None:
+        began = time.monotonic()
+        try:
+            self.workload.build_all()
+        except (ServerCheckError, ValueError, OSError) as err:
+            self.workload.failed(err)
+            self._say_built(run_id, why=str(err))
+            return
+        except Exception as err:  # noqa: BLE001 - whatever broke, the master must hear it or it waits for ever
+            logger.exception("the workload's build broke")
+            self._say_built(run_id, why=f"{type(err).__name__}: {err}")
+            return
+        logger.info("workload built in %.1f s; waiting for the master's go", time.monotonic() - began)
+        self._say_built(run_id)
+
+    def _say_built(self, run_id, why: str | None = None) -> None:
+        data = {"run_id": run_id, "failed": why is not None}
+        if why is not None:
+            data["why"] = why[:WHY_CHARS]
+            self._open.set()  # the users meet the failure themselves and stop
+        self.environment.runner.send_message(BUILT_MESSAGE, data)
+
+    def on_go_message(self, msg, **_kwargs) -> None:
+        self._open.set()
+
+    # -- master ---------------------------------------------------------------------------------
+    def _master_start(self) -> None:
+        self.built, self.went = set(), False
+        if self.failures.failed:
+            return
+        self._active, self._run_id, self._began = True, self.run.state.run_id, time.monotonic()
+        if self._watch is None:
+            self._watch = gevent.spawn(self._keep_watch)
+
+    def on_built_message(self, msg, **_kwargs) -> None:
+        data = msg.data if isinstance(msg.data, dict) else {}
+        if not self._active or data.get("run_id") != self._run_id:
+            return  # another run's, or between runs
+        node = msg.node_id
+        if data.get("failed") is True:
+            why = str(data.get("why") or "its log says why")[:WHY_CHARS]
+            self.failures.fail_run(f"cannot build the workload on worker {node}: {why}", once="workload")
+            return
+        if self.went:
+            self._go(node)  # a worker that joined, or built, after the others
+            return
+        self.built.add(node)
+        self._maybe_go()
+
+    def waiting_for(self) -> list[str]:
+        runner = self.environment.runner
+        return sorted(c.id for c in runner.clients.all if c.state != "missing" and c.id not in self.built)
+
+    def _maybe_go(self) -> None:
+        if self.went or self.failures.failed or not self.built or self.waiting_for():
+            return
+        self.went = True
+        built_s = time.monotonic() - self._began
+        self.run.restart()  # no measured window holds the build
+        self.open_loop.restart_schedule()
+        self.environment.stats.reset_all()  # Locust's totals (req/s) count from here: nothing was sent
+        self.clock.arm(built_s)
+        logger.info("every worker has built its workload (%.1f s): go", built_s)
+        self._go(None)
+
+    def _go(self, node) -> None:
+        runner = self.environment.runner
+        runner.send_message(GO_MESSAGE, {"run_id": self._run_id}, **({"client_id": node} if node else {}))
+
+    def _keep_watch(self) -> None:
+        said = time.monotonic()
+        while not self.went and not self.failures.failed:
+            gevent.sleep(CHECK_EVERY_S)
+            self._maybe_go()  # a worker lost while building no longer holds the others back
+            if not self.went and time.monotonic() - said >= SAY_EVERY_S:
+                said = time.monotonic()
+                waiting = self.waiting_for()
+                logger.info("waiting for %d worker(s) to build the workload (not counted in -t): %s",
+                            len(waiting), ", ".join(waiting[:8]) + (" ..." if len(waiting) > 8 else ""))
+        self._watch = None
+
+    def on_test_stop(self, **_kwargs) -> None:
+        self._open.set()  # nobody waits past the run
+        self._active = False
+        if self._watch is not None:
+            self._watch.kill(block=False)
+            self._watch = None
