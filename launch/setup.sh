@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-time setup, idempotent: the load generator's venv (.venv), the CPU vLLM server's venv
-# (.venv-vllm) and the tiny dummy-weight model (models/tiny). Safe to rerun; skips what is there.
+# (.venv-vllm; not with --no-server) and the tiny dummy-weight model (models/tiny). Safe to rerun;
+# skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -19,7 +20,8 @@ if [[ ! -x .venv/bin/python ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]
   echo "$want" > "$stamp"
 fi
 
-if [[ -z "${VLLM_PYTHON:-}" ]]; then
+# --no-server: the load generator and the models only (tests/run.sh --fast needs no vLLM).
+if [[ -z "${VLLM_PYTHON:-}" && "${1:-}" != "--no-server" ]]; then
   bash launch/install_server.sh cpu .venv-vllm
 fi
 

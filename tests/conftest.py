@@ -23,6 +23,16 @@ sys.path.insert(0, str(ROOT))
 from vllm_locust.mock.server import start_process  # noqa: E402
 
 
+TIERS = ("unit", "e2e", "integration")  # tests/<tier>/: each test carries its folder's marker
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT).parts
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] in TIERS:
+            item.add_marker(parts[1])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

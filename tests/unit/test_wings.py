@@ -246,3 +246,114 @@ def test_a_backend_module_loads_no_locust_and_gevent_only_with_the_lean_transpor
     assert "locust" not in got, f"import {module} loaded Locust"
     assert "gevent" not in got or "vllm_locust.backend.transport" in got, \
         f"import {module} loaded gevent without the lean transport: {sorted(got)}"
+
+
+# -- other packages through their public API (issue 40) ------------------------------------------------
+# The wire client's modules still reach httpx2's, openai's and gevent's internals; they go when the
+# StreamClient seam lands. The list may only shrink: a listed module with nothing to report fails.
+NOT_YET_COMPAT = ("vllm_locust/backend/bounds.py", "vllm_locust/backend/httpsend.py", "vllm_locust/backend/templated.py",
+                  "vllm_locust/backend/transport.py", "vllm_locust/core/stream.py")
+REFLECTION = ("getattr", "setattr", "hasattr", "delattr")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("_")  # dunders and enum's sunder names are public
+
+
+def _defined_in(tree: ast.AST) -> set[str]:
+    """Names this module defines itself: functions, classes, assignment targets (``self._x = ...``)
+    and ``setattr(self, "_x", ...)``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Attribute):
+                        names.add(sub.attr)
+                    elif isinstance(sub, ast.Name):
+                        names.add(sub.id)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+              and len(node.args) > 1 and isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls")
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            names.add(node.args[1].value)
+    return names
+
+
+def private_reaches(path: Path) -> list[str]:
+    """``line: what`` for each private module or name of another package this file imports, and each
+    private attribute it reads or writes (also through ``getattr``/``setattr``/``hasattr``) that the
+    module does not define itself."""
+    tree = ast.parse(path.read_text(), str(path))
+    ours, out = _defined_in(tree), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module.split(".")[0] in FIRST_PARTY:
+                continue
+            if any(_private(part) for part in node.module.split(".")):
+                out.append(f"{node.lineno}: imports {node.module}")
+            out += [f"{node.lineno}: imports {node.module}.{a.name}" for a in node.names if _private(a.name)]
+        elif isinstance(node, ast.Import):
+            out += [f"{node.lineno}: imports {a.name}" for a in node.names
+                    if a.name.split(".")[0] not in FIRST_PARTY and any(_private(p) for p in a.name.split("."))]
+        elif isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in ours:
+            out.append(f"{node.lineno}: .{node.attr}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REFLECTION
+              and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and _private(node.args[1].value) and node.args[1].value not in ours):
+            out.append(f"{node.lineno}: {node.func.id}(..., {node.args[1].value!r})")
+    return out
+
+
+def private_report(root: Path, allowed=NOT_YET_COMPAT) -> list[str]:
+    """What breaks the rule: a module outside ``*_compat.py`` (and ``allowed``) reaching another
+    package's private names, and an ``allowed`` module that no longer does (take it off the list)."""
+    broken = []
+    for path in sorted((root / "vllm_locust").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if path.name.endswith("_compat.py"):
+            continue
+        found = private_reaches(path)
+        if found and rel not in allowed:
+            broken += [f"{rel}:{line}" for line in found]
+        elif not found and rel in allowed:
+            broken.append(f"{rel}: reaches nothing private any more: take it off NOT_YET_COMPAT")
+    return broken
+
+
+def test_no_module_outside_a_compat_module_reaches_another_packages_private_names():
+    broken = private_report(ROOT)
+    assert not broken, "private names of other packages (move them to a *_compat.py module):\n" + "\n".join(broken)
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("from httpx2._client import x\n", "imports httpx2._client"),
+    ("import locust\nhandlers = getattr(locust.events.request, '_handlers', None)\n", "getattr(..., '_handlers')"),
+    ("def f(runner):\n    runner._send_stats()\n", "._send_stats"),
+    ("import openai\nfrom openai import _models\n", "imports openai._models"),
+])
+def test_the_private_check_finds_each_kind_of_reach(tmp_path, text, expect):
+    files = dict(CLEAN, **{"vllm_locust/plugin/user.py": text,
+                           "vllm_locust/plugin/locust_compat.py": "def f(x):\n    return x._internal\n",
+                           "vllm_locust/core/schema.py": "class A:\n    def __init__(self):\n        self._mine = 1\n"
+                                                         "    def get(self):\n        return self._mine\n"})
+    broken = private_report(_tree(tmp_path, files), allowed=())
+    assert len(broken) == 1 and broken[0].startswith("vllm_locust/plugin/user.py") and expect in broken[0], broken
+    listed = private_report(_tree(tmp_path, dict(files, **{"vllm_locust/plugin/user.py": ""})),
+                            allowed=("vllm_locust/plugin/user.py",))
+    assert listed == ["vllm_locust/plugin/user.py: reaches nothing private any more: take it off NOT_YET_COMPAT"]
+
+
+def test_each_test_carries_its_folders_tier_marker():
+    """``bash tests/run.sh --fast`` is ``-m unit``: a test outside the tier folders gets none."""
+    from types import SimpleNamespace
+
+    from tests.conftest import pytest_collection_modifyitems
+
+    items = [SimpleNamespace(fspath=ROOT / "tests" / tier / "test_x.py", markers=[]) for tier in ("unit", "e2e", "integration")]
+    items.append(SimpleNamespace(fspath=ROOT / "benchmarks" / "test_y.py", markers=[]))
+    for item in items:
+        item.add_marker = item.markers.append
+    pytest_collection_modifyitems(items)
+    assert [item.markers for item in items] == [["unit"], ["e2e"], ["integration"], []]

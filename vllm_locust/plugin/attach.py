@@ -10,17 +10,21 @@ aside where the plugin is attached already or a locustfile added ``VllmPlugin.on
 
 from __future__ import annotations
 
+import weakref
+
 import locust
 
-_REGISTERED = "_vllm_locust_registered"
+from . import locust_compat
+
+_registered: "weakref.WeakSet" = weakref.WeakSet()  # the Events the suite's listeners are on (nothing stamped on Locust's objects)
 
 
 def register(events=None) -> None:
     """Add the suite's listeners to ``events`` (Locust's global ones by default), once."""
     events = locust.events if events is None else events
-    if getattr(events, _REGISTERED, False):
+    if events in _registered:
         return
-    setattr(events, _REGISTERED, True)
+    _registered.add(events)
     events.init_command_line_parser.add_listener(on_parser)
     events.init.add_listener(on_init)
 
@@ -39,7 +43,7 @@ def on_init(environment, **kwargs) -> None:
     install_steps_shape(environment)
     if getattr(environment, VllmPlugin.ATTRIBUTE, None) is not None:
         return
-    if VllmPlugin.on_init in getattr(environment.events.init, "_handlers", ()):
+    if VllmPlugin.on_init in (locust_compat.listeners(environment.events.init) or ()):
         return  # added by hand: that listener attaches it (it runs after this one)
     VllmPlugin.on_init(environment, **kwargs)
 

@@ -26,18 +26,14 @@ import locust.stats
 from locust.exception import InterruptTaskSet, RescheduleTask, RescheduleTaskImmediately, StopTest, StopUser
 
 from ..core.schema import E2E
+from . import locust_compat
 
 SIGNIFICANT_DIGITS = 3  # buckets of 0.1 to 1 percent of their value: 900 keys per decade at most
 
 LOCUST_BUCKET = locust.stats.bucket_response_time
 LOCUST_PERCENTILE = locust.stats.StatsEntry.get_response_time_percentile
 LOCUST_CURRENT_PERCENTILE = locust.stats.StatsEntry.get_current_response_time_percentile
-LOCUST_PERCENTILE_FIELDS = getattr(locust.stats.StatsCSV, "_percentile_fields", None)
 LOCUST_LOG = locust.stats.StatsEntry.log
-
-
-# 10 ** (SIGNIFICANT_DIGITS - 1 - floor(log10(v))) for v from 1e-297 to 100 ms (``log``'s inline buckets)
-_SCALES = {e: 10.0 ** (SIGNIFICANT_DIGITS - 1 - e) for e in range(-300, 3)}
 
 
 def fine_bucket(response_time: float) -> float:
@@ -55,36 +51,7 @@ def fine_bucket(response_time: float) -> float:
     return int(bucket) if digits <= 0 else bucket
 
 
-def log(self, response_time, content_length: int) -> None:
-    """``StatsEntry.log`` (Locust 2.47) in one function, with ``fine_bucket``: the same counts, sums,
-    extremes, per-second counts and cache, without its three method calls and ``min``/``max`` calls
-    (one per ITL gap: about a third of the entry's time, issue 25)."""
-    current_time = time.time()
-    t = int(current_time)
-    last = self.last_request_timestamp
-    if self.use_response_times_cache and last and t > int(last):
-        self._cache_response_times(t - 1)  # a copy of the histogram once a second, as Locust's
-    self.num_requests += 1
-    self.num_reqs_per_sec[t] += 1
-    self.last_request_timestamp = current_time
-    if response_time is None:
-        self.num_none_requests += 1
-    else:
-        self.total_response_time += response_time
-        low = self.min_response_time
-        if low is None or response_time < low:
-            self.min_response_time = response_time
-        if response_time > self.max_response_time:
-            self.max_response_time = response_time
-        # ``fine_bucket``'s steps for the common value (below 100 ms, above 1e-297), not a call each:
-        # five per short request (its TTFT, ITL, E2E, TPOT and the total's E2E)
-        if 1e-297 <= response_time < 100:
-            scale = _SCALES[math.floor(math.log10(response_time))]
-            bucket = round(response_time * scale) / scale
-        else:
-            bucket = fine_bucket(response_time)
-        self.response_times[bucket] += 1
-    self.total_content_length += content_length
+log = locust_compat.stats_entry_log(fine_bucket)  # ``StatsEntry.log`` fused (None: Locust's own stays)
 
 
 def _clamped(self, value):
@@ -106,17 +73,6 @@ def percentile(self, percent: float):
 def current_percentile(self, percent: float):
     """``StatsEntry.get_current_response_time_percentile`` (the charts' window), clamped the same."""
     return _clamped(self, LOCUST_CURRENT_PERCENTILE(self, percent))
-
-
-def _percentile_fields(self, stats_entry, use_current: bool = False):
-    """``StatsCSV._percentile_fields`` without the cast to int (Locust 2.47's shape)."""
-    if not stats_entry.num_requests:
-        return self.percentiles_na
-    if use_current and stats_entry.use_response_times_cache:
-        get = stats_entry.get_current_response_time_percentile
-    else:
-        get = stats_entry.get_response_time_percentile
-    return [round(float(get(x) or 0), 3) for x in self.percentiles_to_report]
 
 
 def requests_only_total(stats) -> None:
@@ -163,7 +119,7 @@ def sample_log(environment) -> tuple:
     seventh of a short request's steps, issue 25). The report checks the list's length per sample:
     any other listener (a locustfile's, a plugin's), added at any time, gets every sample from then
     on. A raising ``log_request`` is treated as the event treats a raising listener (``listener_failed``)."""
-    handlers = getattr(environment.events.request, "_handlers", None)
+    handlers = locust_compat.listeners(environment.events.request)
     if handlers is None or len(handlers) != 1:
         return _FIRE
     handler = handlers[0]
@@ -189,11 +145,10 @@ _GOES_ON = (StopUser, StopTest, RescheduleTask, RescheduleTaskImmediately, Inter
 def install() -> None:
     """Patch ``locust.stats`` for this process (idempotent); ``uninstall`` puts Locust's back."""
     locust.stats.bucket_response_time = fine_bucket
-    locust.stats.StatsEntry.log = log
+    locust.stats.StatsEntry.log = log if log is not None else LOCUST_LOG
     locust.stats.StatsEntry.get_response_time_percentile = percentile
     locust.stats.StatsEntry.get_current_response_time_percentile = current_percentile
-    if LOCUST_PERCENTILE_FIELDS is not None:
-        locust.stats.StatsCSV._percentile_fields = _percentile_fields
+    locust_compat.percentile_fields(fine=True)
 
 
 def uninstall() -> None:
@@ -201,5 +156,4 @@ def uninstall() -> None:
     locust.stats.StatsEntry.log = LOCUST_LOG
     locust.stats.StatsEntry.get_response_time_percentile = LOCUST_PERCENTILE
     locust.stats.StatsEntry.get_current_response_time_percentile = LOCUST_CURRENT_PERCENTILE
-    if LOCUST_PERCENTILE_FIELDS is not None:
-        locust.stats.StatsCSV._percentile_fields = LOCUST_PERCENTILE_FIELDS
+    locust_compat.percentile_fields(fine=False)

@@ -23,11 +23,13 @@ import weakref
 import gevent
 import locust.stats
 
+from . import locust_compat
+
 logger = logging.getLogger(__name__)
 
 LOCUST_STATS_WRITER = locust.stats.StatsCSVFileWriter.stats_writer
 _RUNNING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # writer -> the greenlet running its loop
-_INSTALLED = "_vllm_locust_csv_writer_stop"
+_installed: "weakref.WeakSet" = weakref.WeakSet()  # environments whose writer stops at quit
 
 
 def stats_writer(self) -> None:
@@ -42,9 +44,9 @@ def install(environment) -> None:
     """At ``init`` (before ``locust.main`` spawns the writer): note writers' greenlets, stop this
     environment's at ``quitting`` and write its final pass at ``quit``. Idempotent."""
     locust.stats.StatsCSVFileWriter.stats_writer = stats_writer
-    if getattr(environment, _INSTALLED, False):
+    if environment in _installed:
         return
-    setattr(environment, _INSTALLED, True)
+    _installed.add(environment)
     environment.events.quitting.add_listener(lambda **_kwargs: stop(environment))
     environment.events.quit.add_listener(lambda **_kwargs: stop(environment, final=True))
 
@@ -69,18 +71,5 @@ def stop(environment, final: bool = False) -> None:
 
 
 def write_pass(writer) -> None:
-    """One pass of ``stats_writer``'s loop over the files it rewrites (requests, failures,
-    exceptions); the history keeps its rows, one per second of the run."""
-    handle = writer.requests_csv_filehandle
-    handle.seek(0)
-    writer.requests_csv_writer.writerow(writer.requests_csv_columns)
-    writer._requests_data_rows(writer.requests_csv_writer)
-    handle.truncate()
-    for handle, start, rows, out in (
-        (writer.failures_csv_filehandle, writer.failures_csv_data_start, writer._failures_data_rows, writer.failures_csv_writer),
-        (writer.exceptions_csv_filehandle, writer.exceptions_csv_data_start, writer._exceptions_data_rows,
-         writer.exceptions_csv_writer),
-    ):
-        handle.seek(start)
-        rows(out)
-        handle.truncate()
+    """One pass of ``stats_writer``'s loop (``locust_compat.csv_writer_pass``)."""
+    locust_compat.csv_writer_pass(writer)

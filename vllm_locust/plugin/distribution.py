@@ -151,6 +151,15 @@ class MasterSide:
                            "requests (the raw files are complete)", len(late), DRAIN_TIMEOUT_S)
 
 
+def send_stats(runner) -> None:
+    """A worker's stats report now, through Locust's public API as its own report is made: the
+    ``report_to_master`` event fills the data (Locust's stats, this suite's rows), and it goes as
+    a ``stats`` message (was ``runner._send_stats`` through ``getattr``: a rename skipped in silence)."""
+    data: dict = {}
+    runner.environment.events.report_to_master.fire(client_id=runner.client_id, data=data)
+    runner.send_message("stats", data)
+
+
 class WorkerSide:
     """A worker's messages to its master."""
 
@@ -186,9 +195,7 @@ class WorkerSide:
         runner = environment.runner
         if not isinstance(runner, WorkerRunner):
             return
-        send_stats = getattr(runner, "_send_stats", None)  # Locust's own final report at quit
-        if send_stats is not None:
-            send_stats()
-            while self.recording.rows_waiting():  # more rows than one message may carry
-                send_stats()
+        send_stats(runner)  # the last stats and rows, as Locust's own report does
+        while self.recording.rows_waiting():  # more rows than one message may carry
+            send_stats(runner)
         runner.send_message(FLUSHED_MESSAGE, self.worker_id)

@@ -1,4 +1,20 @@
-"""The one place the suite reaches into Locust's internals: its master-worker RPC.
+"""The one place the suite reaches into Locust's internals: its master-worker RPC, and the few
+private names a faster or safer path needs (``VERIFIED`` gates those: on a Locust this module was
+not read against, each accessor below takes the public path, and one line says so).
+
+What is private, and why:
+
+- the RPC (below): there is no public hook for the master's and workers' sockets;
+- a request event's listener list (``listeners``): a sample goes straight to the stats when
+  Locust's own runner is the only listener (``buckets.sample_log``, a seventh of a short request);
+- ``StatsEntry.log`` fused into one function (``stats_entry_log``, one call per ITL gap) and the
+  CSV writer's percentile fields without the cast to int (``percentile_fields``);
+- the CSV writer's rewrite pass (``csv_writer_pass``: the final stats written before Locust
+  closes its files);
+- a master's dispatched users (``dispatched_users``: its workers' reports come a second later);
+- the TaskSet's sleep between tasks (``replace_taskset_sleep``: one trip through the loop less).
+
+The RPC part:
 
 Locust has no public hook for its sockets, and a distributed run is only as trustworthy as its
 channel (issue 39: one byte from any peer killed the master's receive loop; a payload's node id was
@@ -23,8 +39,10 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 import locust
+import locust.stats
 from locust.exception import RPCError
 from locust.rpc import Message
 from locust.rpc import zmqrpc
@@ -33,7 +51,8 @@ from . import channel
 
 logger = logging.getLogger(__name__)
 
-TESTED = ("2.47.",)  # Locust releases whose zmqrpc this module was read against (pyproject bounds it)
+TESTED = ("2.47.",)  # Locust releases whose internals this module was read against (pyproject bounds it)
+VERIFIED = locust.__version__.startswith(TESTED)  # False: every accessor below takes the public path
 _ORIGINAL = (zmqrpc.Server, zmqrpc.Client)
 _state: dict = {"keys": None, "drops": channel.DropLog()}
 
@@ -242,3 +261,139 @@ def uninstall() -> None:
 
 def drops() -> channel.DropLog:
     return _state["drops"]
+
+
+# -- the private names a faster path needs (``VERIFIED``; the public path otherwise) -----------------------
+_said: set[str] = set()
+
+
+def _public_path(what: str) -> None:
+    if what not in _said:
+        _said.add(what)
+        logger.warning("Locust %s is not the version this suite was verified with (%sx): %s takes Locust's "
+                       "public path", locust.__version__, TESTED[0], what)
+
+
+def listeners(hook) -> list | None:
+    """The listener list of a Locust ``EventHook`` (the list itself, which grows as listeners are
+    added); None on an unverified Locust: fire the event instead."""
+    if not VERIFIED:
+        _public_path("the request event")
+        return None
+    return getattr(hook, "_handlers", None)
+
+
+# 10 ** (2 - floor(log10(v))) for v from 1e-297 to 100 ms: ``stats_entry_log``'s inline buckets,
+# three significant digits as ``buckets.fine_bucket`` (``bucket`` below) keeps them.
+_SCALES = {e: 10.0 ** (2 - e) for e in range(-300, 3)}
+
+
+def stats_entry_log(bucket):
+    """``StatsEntry.log`` (Locust 2.47) in one function with ``bucket``: the same counts, sums,
+    extremes, per-second counts and once-a-second cache, without its three method calls and
+    ``min``/``max`` calls (one per ITL gap: about a third of the entry's time, issue 25). None on
+    an unverified Locust: its own ``log`` stays (with ``bucket`` as ``bucket_response_time``)."""
+    if not VERIFIED:
+        _public_path("the stats entry's log")
+        return None
+
+    def log(self, response_time, content_length: int) -> None:
+        current_time = time.time()
+        t = int(current_time)
+        last = self.last_request_timestamp
+        if self.use_response_times_cache and last and t > int(last):
+            self._cache_response_times(t - 1)  # a copy of the histogram once a second, as Locust's
+        self.num_requests += 1
+        self.num_reqs_per_sec[t] += 1
+        self.last_request_timestamp = current_time
+        if response_time is None:
+            self.num_none_requests += 1
+        else:
+            self.total_response_time += response_time
+            low = self.min_response_time
+            if low is None or response_time < low:
+                self.min_response_time = response_time
+            if response_time > self.max_response_time:
+                self.max_response_time = response_time
+            # ``bucket``'s steps for the common value (below 100 ms, above 1e-297), not a call each:
+            # five per short request (its TTFT, ITL, E2E, TPOT and the total's E2E)
+            if 1e-297 <= response_time < 100:
+                scale = _SCALES[math.floor(math.log10(response_time))]
+                key = round(response_time * scale) / scale
+            else:
+                key = bucket(response_time)
+            self.response_times[key] += 1
+        self.total_content_length += content_length
+
+    return log
+
+
+LOCUST_PERCENTILE_FIELDS = getattr(locust.stats.StatsCSV, "_percentile_fields", None)
+
+
+def _percentile_fields(self, stats_entry, use_current: bool = False):
+    """``StatsCSV._percentile_fields`` without the cast to int (Locust 2.47's shape)."""
+    if not stats_entry.num_requests:
+        return self.percentiles_na
+    if use_current and stats_entry.use_response_times_cache:
+        get = stats_entry.get_current_response_time_percentile
+    else:
+        get = stats_entry.get_response_time_percentile
+    return [round(float(get(x) or 0), 3) for x in self.percentiles_to_report]
+
+
+def percentile_fields(fine: bool) -> None:
+    """``--csv`` percentiles with three decimals (``fine``) or Locust's ints back. An unverified
+    Locust keeps its ints."""
+    if LOCUST_PERCENTILE_FIELDS is None or not VERIFIED:
+        if fine:
+            _public_path("the CSV's percentiles (whole milliseconds)")
+        return
+    locust.stats.StatsCSV._percentile_fields = _percentile_fields if fine else LOCUST_PERCENTILE_FIELDS
+
+
+def csv_writer_pass(writer) -> bool:
+    """One pass of ``StatsCSVFileWriter.stats_writer``'s loop over the files it rewrites (requests,
+    failures, exceptions; the history keeps its rows). False on an unverified Locust: nothing written."""
+    if not VERIFIED:
+        _public_path("the CSV writer's final pass")
+        return False
+    handle = writer.requests_csv_filehandle
+    handle.seek(0)
+    writer.requests_csv_writer.writerow(writer.requests_csv_columns)
+    writer._requests_data_rows(writer.requests_csv_writer)
+    handle.truncate()
+    for handle, start, rows, out in (
+        (writer.failures_csv_filehandle, writer.failures_csv_data_start, writer._failures_data_rows, writer.failures_csv_writer),
+        (writer.exceptions_csv_filehandle, writer.exceptions_csv_data_start, writer._exceptions_data_rows,
+         writer.exceptions_csv_writer),
+    ):
+        handle.seek(start)
+        rows(out)
+        handle.truncate()
+    return True
+
+
+def dispatched_users(runner) -> dict | None:
+    """A master's users per worker and class as its dispatcher placed them; None when unknown (an
+    unverified Locust, or before any dispatch): the workers' own reports are the public path."""
+    if not VERIFIED:
+        _public_path("the master's dispatched users")
+        return None
+    dispatched = getattr(getattr(runner, "_users_dispatcher", None), "_users_on_workers", None)
+    return dispatched if isinstance(dispatched, dict) else None
+
+
+def replace_taskset_sleep(user, sleep) -> bool:
+    """Give ``user``'s TaskSet (Locust's, made before ``on_start``) ``sleep`` as its sleep between
+    tasks, where it still has Locust's own; False (Locust's sleep stays) on an unverified Locust."""
+    if not VERIFIED:
+        _public_path("the sleep between tasks")
+        return False
+    from locust import TaskSet
+
+    taskset = getattr(user, "_taskset_instance", None)
+    if taskset is None or type(taskset)._sleep is not TaskSet._sleep:
+        return False
+    taskset._sleep = sleep
+    return True

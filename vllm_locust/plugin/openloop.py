@@ -22,6 +22,7 @@ import time
 from locust.runners import MasterRunner
 
 from ..core.arrivals import Segment, cumulative_weights, parse_rates, persona_offsets
+from . import locust_compat
 from .pacer import Arrival, Pacer
 from .tracereplay import is_trace
 
@@ -40,8 +41,8 @@ def users_on_workers(runner) -> dict:
     own reports may come after ``spawning_complete``, their wait being a second), else what they
     reported."""
     nodes = {c.id: c for c in runner.clients.all if c.state != "missing"}
-    dispatched = getattr(getattr(runner, "_users_dispatcher", None), "_users_on_workers", None)
-    if isinstance(dispatched, dict):
+    dispatched = locust_compat.dispatched_users(runner)
+    if dispatched is not None:
         return {node: counts for node, counts in dispatched.items() if node in nodes}
     return {node: c.user_classes_count for node, c in nodes.items()}
 

@@ -15,7 +15,7 @@ import weakref
 
 import gevent
 from gevent import GreenletExit
-from locust import TaskSet, User, constant, task
+from locust import User, constant, task
 from locust.exception import StopUser
 
 from ..backend.client import ServerCheckError, classify, connection_refused, is_client_error, retry_after_s
@@ -27,7 +27,7 @@ from ..core.record import Labels, RequestInfo, RequestRecord
 from ..core.reporting import RequestReport
 from ..core.sse import DEFAULT_MAX_EVENT_BYTES
 from ..core.stream import StreamError, StreamLimits, StreamResult
-from . import attach
+from . import attach, locust_compat
 from .buckets import listener_failed, sample_log
 from .completion import FailureKinds
 from .context import LoadContext
@@ -89,9 +89,7 @@ class ChatStreamUser(User):
         self.sessions_of: LoadContext | None = None  # the context whose source was last asked ...
         self.sessions = False  # ... whether it plays conversations (checked once per context)
         self._view = None if self.persona is None else OptionsView(self.environment, self.persona.overrides)
-        taskset = getattr(self, "_taskset_instance", None)  # Locust's, made before ``on_start`` (``User.run``)
-        if taskset is not None and type(taskset)._sleep is TaskSet._sleep:
-            taskset._sleep = self._sleep_between_tasks
+        locust_compat.replace_taskset_sleep(self, self._sleep_between_tasks)
 
     def _sleep_between_tasks(self, seconds: float) -> None:
         """Locust's sleep between two tasks (``TaskSet.wait``; its stop checks around it stay),
