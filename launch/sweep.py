@@ -553,7 +553,7 @@ class Sweep:
                     # A port of its own: on Locust's default (5557) the workers of two sweeps on one
                     # host (or a web-UI master) joined whichever master listened first. A token of
                     # its own (unless one is given): the channel is CURVE, and no other local
-                    # process can join it (README: Security).
+                    # process can join it (docs/security.md).
                     port = str(free_port())
                     env = {**os.environ, "LOCUST_WORKER_TOKEN": os.environ.get("LOCUST_WORKER_TOKEN")
                            or secrets.token_urlsafe(32)}

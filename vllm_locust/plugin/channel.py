@@ -8,7 +8,7 @@ connection keys and nonces, so a captured message can be neither read nor replay
 derived from the token (scrypt, one label per role), so the token never travels; the master's ZAP
 handler (RFC 27, ``ZapGate``) admits only the client key derived from the same token. A peer
 without the token fails the handshake and never reaches Locust: it gets no spawn, no users and no
-options. What the token does not protect against is written in the README's Security section.
+options. What the token does not protect against is written in docs/security.md.
 
 Token or not, a message larger than ``MAX_MESSAGE_BYTES`` ends its connection while its header is
 read, before its body is buffered (``zmq.MAXMSGSIZE``). Only ZeroMQ and gevent here; what Locust's

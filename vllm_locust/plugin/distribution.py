@@ -53,8 +53,8 @@ class MasterSide:
             host = str(getattr(self.environment.parsed_options, "master_bind_host", "") or "")
             if not self.peers.token and host and not is_loopback(host):
                 logger.warning("the master listens on %s without --worker-token: any peer that reaches its port can "
-                               "join, take users and receive the run's options, the API key included (README: "
-                               "Security)", host)
+                               "join, take users and receive the run's options, the API key included "
+                               "(docs/security.md)", host)
             events.worker_connect.add_listener(self.on_worker_connect)
             runner.register_message(FLUSHED_MESSAGE, self.on_flushed_message)
             runner.register_message(HELLO_MESSAGE, self.on_hello_message)

@@ -29,7 +29,7 @@ OPTIONS = [
     ("--personas", dict(default="", env_var="LOCUST_PERSONAS", include_in_web_ui=False,
                         help="TOML file of [[persona]] tables (name, weight, slo and any of these options by dest "
                              "name, e.g. model, max_tokens): each persona is a Locust user class of that weight "
-                             "whose users run with its options (README: Personas)")),
+                             "whose users run with its options (docs/load-generator.md: Personas)")),
     ("--endpoint", dict(default="chat", choices=endpoint_names(), env_var="LOCUST_ENDPOINT",
                         help="Stream /v1/chat/completions or /v1/completions, or time /v1/embeddings (E2E only)")),
     # Not in the web UI: its form shows each option's value as the field's default (the key was in
