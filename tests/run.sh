@@ -6,6 +6,9 @@
 #
 #   bash tests/run.sh          # every tier: what .ci/run runs
 #   bash tests/run.sh --fast   # the unit tier: no vLLM install, no browser, under 3 minutes here
+#   bash tests/run.sh --latest # the contract tests against the newest releases of the packages whose
+#                              # internals the suite touches, in a throwaway venv (not in .ci/run:
+#                              # it needs the network, and says what a new release broke)
 #
 # Other arguments go to pytest (bash tests/run.sh --fast -k workloads).
 set -euo pipefail
@@ -14,6 +17,21 @@ if [[ "${1:-}" == "--fast" ]]; then
   shift
   bash launch/setup.sh --no-server
   exec .venv/bin/python -m pytest -q -p no:cacheprovider -m unit "$@"
+fi
+if [[ "${1:-}" == "--latest" ]]; then
+  shift
+  touched=(locust gevent geventhttpclient openai httpx2)  # tests/unit/test_dependency_bounds.py's list
+  venv=$(mktemp -d)/venv
+  trap 'rm -rf "$(dirname "$venv")"' EXIT
+  "${PYTHON:-python3}" -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r requirements.txt
+  "$venv/bin/pip" install -q --disable-pip-version-check --upgrade "${touched[@]}"
+  "$venv/bin/pip" list --disable-pip-version-check 2>/dev/null | grep -iE "^($(IFS='|'; echo "${touched[*]}")) " \
+    | sed 's/^/latest: /'
+  PYTHONPATH=. exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -m unit \
+    tests/unit/test_locust_compat.py tests/unit/test_channel.py tests/unit/test_audit_and_buckets.py \
+    tests/unit/test_transport.py tests/unit/test_templated_client.py tests/unit/test_wire.py \
+    tests/unit/test_user.py tests/unit/test_csv_writer_shutdown.py tests/unit/test_wings.py "$@"
 fi
 bash launch/setup.sh
 bash launch/install_browser.sh
