@@ -23,6 +23,7 @@ from analysis.personas import SUMMARY_BY_PERSONA_CSV, VERDICT_BY_PERSONA_CSV
 from tests.unit.test_analysis_turns import T0, WINDOW_S, Spec, _write, record_of
 from vllm_locust.core.schema import (MEASURED, METRICS_CSV, SERVER, LoadRecord, PhaseChange, RequestRow, SampleRow,
                                      load_record_file, names_of, requests_file, samples_file)
+from tests.records import request_row, sample_rows
 
 RECORD_HAS_PERSONAS = "personas" in {f.name for f in fields(LoadRecord)}
 PERSONAS = [{"name": "chat", "weight": 3, "overrides": {"max_tokens": 64}, "slo": "ttft:200"},
@@ -41,9 +42,9 @@ def write_personas_recording(root: Path, label: str, specs: list[tuple[str, Spec
     for i, (persona, spec, events) in enumerate(specs):
         record = record_of(spec, run_id, i, concurrency, "random")
         records.append(replace(record, info=replace(record.info, persona=persona), **events))
-    _write(samples_file(directory, run_id, "w"), names_of(SampleRow), [v for r in records for v in r.sample_values()])
+    _write(samples_file(directory, run_id, "w"), names_of(SampleRow), [v for r in records for v in sample_rows(r)])
     _write(requests_file(directory, run_id, "w"), names_of(RequestRow),
-           [[getattr(r.row(), name) for name in names_of(RequestRow)] for r in records])
+           [[getattr(request_row(r), name) for name in names_of(RequestRow)] for r in records])
     load = asdict(LoadRecord(run_id=run_id, host="http://127.0.0.1:1", model="m", endpoint="chat",
                              workload={"name": "random"}, options={}, started_s=T0 - 1, stopped_s=T0 + WINDOW_S,
                              timeline=[asdict(PhaseChange(t_s=T0, phase=MEASURED, concurrency=concurrency, step=None))],

@@ -29,6 +29,7 @@ from vllm_locust.core.outcome import Failure, Outcome
 from vllm_locust.core.record import Labels, RequestInfo, RequestRecord
 from vllm_locust.core.schema import (MEASURED, METRICS_CSV, SERVER, LoadRecord, PhaseChange, RequestRow, SampleRow,
                                      load_record_file, names_of, requests_file, samples_file)
+from tests.records import request_row, sample_rows
 
 T0 = 1_700_000_000.0  # unix seconds: the measured phase starts here
 PERF0 = 500.0  # the same instant on perf_counter
@@ -93,9 +94,9 @@ def write_recording(root: Path, label: str, specs: list[Spec], *, concurrency: i
     run_id = f"run-{label}"
     records = [record_of(s, run_id, i, concurrency, workload) for i, s in enumerate(specs)]
     _write(samples_file(directory, run_id, "w"), names_of(SampleRow),
-           [values for r in records for values in r.sample_values()])
+           [values for r in records for values in sample_rows(r)])
     _write(requests_file(directory, run_id, "w"), names_of(RequestRow),
-           [[getattr(r.row(), name) for name in names_of(RequestRow)] for r in records])
+           [[getattr(request_row(r), name) for name in names_of(RequestRow)] for r in records])
     load = LoadRecord(run_id=run_id, host="http://127.0.0.1:1", model="m", endpoint="chat",
                       workload={"name": workload}, options={}, started_s=T0 - 1, stopped_s=T0 + WINDOW_S,
                       timeline=[asdict(PhaseChange(t_s=T0, phase=MEASURED, concurrency=concurrency, step=None))],

@@ -21,6 +21,7 @@ from vllm_locust.core.stream import StreamError
 from vllm_locust.mock.server import EMBEDDING_DIM, start_in_thread
 from vllm_locust.plugin.options import defaults, embedding_batch_size
 from vllm_locust.plugin.user import _Request
+from tests.records import request_row, sample_rows
 
 API = endpoint("embeddings")
 
@@ -154,11 +155,11 @@ def test_a_success_fires_e2e_only_and_records_the_inputs():
     report.finish(record)
     assert [(e["name"], e["request_type"]) for e in env.fired] == [(E2E, "embeddings")]
     assert env.fired[0]["response_time"] == pytest.approx(250.0) and env.fired[0]["exception"] is None
-    row = record.row()
+    row = request_row(record)
     assert row.ttft_ms is None and row.e2e_ms == pytest.approx(250.0)
     assert (row.content_chunks, row.prompt_tokens, row.completion_tokens, row.finish_reason) == (4, 40, 0, "stop")
     assert row.endpoint == "embeddings" and row.kind == "ok" and row.prompt_index == 3
-    assert [s[3] for s in record.sample_values()] == [E2E]
+    assert [s[3] for s in sample_rows(record)] == [E2E]
 
 
 def test_a_failure_fires_one_e2e_failure_and_no_time():
@@ -168,9 +169,9 @@ def test_a_failure_fires_one_e2e_failure_and_no_time():
     record = request_of().reply_record(report, None, failure, SENT + 0.3, "")
     report.finish(record)
     assert [(e["name"], e["response_time"]) for e in env.fired] == [(E2E, None)]
-    row = record.row()
+    row = request_row(record)
     assert row.e2e_ms is None and row.kind == "bad_response" and row.content_chunks == 0
-    assert record.sample_values() == []
+    assert sample_rows(record) == []
 
 
 def test_a_body_over_the_cap_is_a_bad_response(mock, monkeypatch):

@@ -12,6 +12,7 @@ from vllm_locust.core.schema import INTERRUPTED, REQUEST, SAMPLE, RequestRow, na
 from vllm_locust.plugin.recorder import SampleRecorder
 
 from .test_user import make_env, read_csv, run_requests
+from tests.records import request_row
 
 
 def test_the_request_row_carries_the_kind_beside_the_message(fake_server, tmp_path):
@@ -117,7 +118,7 @@ def test_the_recorder_writes_a_record_on_the_production_path(tmp_path):
     rec.record(record())
     rec.record(record(failure=Failure(Outcome.TIMEOUT, "timeout"), e2e_ms=None, tpot_ms=None))
     with pytest.raises(TypeError, match="expected a RequestRecord, got RequestRow"):
-        rec.record(record().row())
+        rec.record(request_row(record()))
     rec.close()
     samples = list(csv.DictReader(open(tmp_path / "samples-r-w.csv")))
     requests = list(csv.DictReader(open(tmp_path / "requests-r-w.csv")))
@@ -213,7 +214,7 @@ def test_the_request_rows_values_are_its_columns_by_name():
         ttfr_ms=11.1111, ttfa_ms=22.2222, reasoning_tokens=8, answer_tokens=9, tool_call_ms=33.3333,
         tool_args_ms=44.4444, tool_calls=2)
     assert dict(zip(names_of(RequestRow), full.row_values())) == {n: getattr(expected, n) for n in names_of(RequestRow)}
-    assert full.row() == expected
+    assert request_row(full) == expected
     failed = record(failure=Failure(Outcome.HTTP_5XX, "HTTP 503: busy"), e2e_ms=None, tpot_ms=None)
     values = dict(zip(names_of(RequestRow), failed.row_values()))
     assert (values["kind"], values["error"], values["e2e_ms"]) == ("http_5xx", "HTTP 503: busy", None)

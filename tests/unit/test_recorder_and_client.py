@@ -7,28 +7,14 @@ from vllm_locust.backend.client import api_base, describe_error, server_message
 import pytest
 
 from vllm_locust.plugin.recorder import REQUEST_COLUMNS, SAMPLE_COLUMNS, SampleRecorder
-from vllm_locust.core.schema import RequestRow, SampleRow
-
-
-def sample_row(**kw):
-    base = dict(run_id="r", worker_id="w", request_id="q1", metric="TTFT", value_ms=1.5, t_s=1.0,
-                phase="measured", concurrency=1, step=0)
-    return SampleRow(**{**base, **kw})
-
-
-def request_row(**kw):
-    base = dict(run_id="r", worker_id="w", request_id="q1", endpoint="chat", model="m", workload="fixed",
-                prompt_index=0, prompt_kind="fixed", sent_at_s=1.0, ttft_ms=1.0, e2e_ms=2.0, prompt_tokens=3,
-                completion_tokens=4, content_chunks=4, finish_reason="length", error="", phase="measured",
-                concurrency=1, step=0)
-    return RequestRow(**{**base, **kw})
+from vllm_locust.core.schema import SampleRow
 from vllm_locust.core.stream import StreamError
+from tests.records import make_record, sample_rows
 
 
 def test_recorder_flushes_each_request_and_appends(tmp_path):
     rec = SampleRecorder(tmp_path, "host-1/2")
-    rec.sample(sample_row())
-    rec.request(request_row())
+    rec.record(make_record())
     samples, requests = rec.paths("r")
     assert samples.name == "samples-r-host-1_2.csv", "worker ids are made safe for file names"
     rows = list(csv.DictReader(open(samples)))
@@ -36,7 +22,7 @@ def test_recorder_flushes_each_request_and_appends(tmp_path):
     assert tuple(next(csv.DictReader(open(requests)))) == REQUEST_COLUMNS
     rec.close()
     again = SampleRecorder(tmp_path, "host-1/2")
-    again.request(request_row(request_id="q2"))
+    again.record(make_record(request_id="q2"))
     again.close()
     assert [r["request_id"] for r in csv.DictReader(open(requests))] == ["q1", "q2"], "no second header, no overwrite"
 
@@ -44,22 +30,22 @@ def test_recorder_flushes_each_request_and_appends(tmp_path):
 def test_no_directory_records_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a recorder that wrote "somewhere" would write here
     rec = SampleRecorder(None, "w")
-    rec.sample(sample_row())
-    rec.request(request_row())
+    rec.record(make_record())
     rec.close()
     assert list(tmp_path.iterdir()) == []
-    control = SampleRecorder(tmp_path / "on", "w")  # the same rows with a directory do land
-    control.request(request_row())
+    control = SampleRecorder(tmp_path / "on", "w")  # the same record with a directory does land
+    control.record(make_record())
     control.close()
     assert len(list((tmp_path / "on").iterdir())) == 3  # samples, requests, client audit
 
 
 def test_a_misspelled_field_fails_loudly(tmp_path):
     with pytest.raises(TypeError):
-        sample_row(valeu_ms=3)
+        SampleRow(run_id="r", worker_id="w", request_id="q1", metric="TTFT", valeu_ms=3, t_s=1.0, phase="measured",
+                  concurrency=1, step=0)
     rec = SampleRecorder(tmp_path, "w")
-    with pytest.raises(TypeError, match="expected a SampleRow"):
-        rec.sample({"run_id": "r", "metric": "TTFT"})
+    with pytest.raises(TypeError, match="expected a RequestRecord"):
+        rec.record({"run_id": "r", "metric": "TTFT"})
 
 
 def test_error_messages():
@@ -201,7 +187,7 @@ def test_sample_text_is_csv_of_the_records_sample_values(tmp_path):
     for path in sorted(tmp_path.glob("samples-*.csv")):
         with open(path, newline="") as f:
             written.extend(list(csv.reader(f))[1:])
-    expected = [row for record in sorted(records, key=lambda r: r.info.run_id) for row in record.sample_values()]
+    expected = [row for record in sorted(records, key=lambda r: r.info.run_id) for row in sample_rows(record)]
     assert len(written) == len(expected) == 4 + 6 + 7
     for got, want in zip(written, expected):
         assert len(got) == len(SAMPLE_COLUMNS)
@@ -379,6 +365,6 @@ def test_sample_rows_write_kept_fields_as_csv_writes_them():
         rec = record(concurrency, rate, request_id=request_id)
         out = io.StringIO()
         writer = csv.writer(out)
-        for values in rec.sample_values():
+        for values in sample_rows(rec):
             writer.writerow(tuple(f"{v:.4f}" if i == 4 else f"{v:.6f}" if i == 5 else v for i, v in enumerate(values)))
         assert sample_text(rec) == out.getvalue(), (concurrency, rate, request_id)

@@ -17,6 +17,7 @@ from vllm_locust.core.record import Labels, RequestInfo, RequestRecord
 from vllm_locust.core.reporting import RequestReport
 from vllm_locust.core.schema import E2E, ITL, ITL_ANSWER, ITL_REASONING, TOOL_ARGS, TOOL_CALL, TTFA, TTFR, TTFT
 from vllm_locust.core.stream import StreamResult, consume, read_stream
+from tests.records import request_row, sample_rows
 
 SENT = 10.0  # the send instant (perf_counter s) the scripted arrivals count from
 
@@ -114,7 +115,7 @@ def test_a_plain_stream_has_no_stream_events():
                            prompt_kind="fixed", end_perf_s=SENT + 1, last_perf_s=SENT + 0.3, ttft_ms=200.0,
                            e2e_ms=300.0, tpot_ms=100.0, output_tokens=2, prompt_tokens=5, completion_tokens=2,
                            content_chunks=2, finish_reason="stop", failure=None, **ev)
-    row = record.row()
+    row = request_row(record)
     assert [row.ttfr_ms, row.ttfa_ms, row.reasoning_tokens, row.answer_tokens, row.tool_call_ms, row.tool_args_ms,
             row.tool_calls] == [None] * 7
 
@@ -161,16 +162,16 @@ def test_tool_call_gaps_are_in_no_part():
 def test_a_plain_stream_has_no_part_samples_and_no_part_rows():
     result, ev = events_of(delta(content="a"), delta(content="b"), delta(content="c", finish="stop"))
     assert result.parts is None and "part_samples" not in ev
-    assert {row[3] for row in record_of(ev).sample_values()} == {E2E}
+    assert {row[3] for row in sample_rows(record_of(ev))} == {E2E}
 
 
 def test_part_samples_become_sample_rows_beside_itl():
     samples = ((TTFT, 100.0, SENT + 0.1, None), (ITL, 100.0, SENT + 0.2, None), (ITL, 300.0, SENT + 0.5, None))
     _, ev = events_of(delta(reasoning_content="a"), delta(reasoning_content="b"), delta(content="c", finish="stop"))
-    rows = RequestRecord(info=info(), endpoint="chat", model="m", workload="fixed", prompt_index=0, prompt_kind="fixed",
+    rows = sample_rows(RequestRecord(info=info(), endpoint="chat", model="m", workload="fixed", prompt_index=0, prompt_kind="fixed",
                          end_perf_s=SENT + 1, last_perf_s=SENT + 0.3, ttft_ms=100.0, e2e_ms=300.0, tpot_ms=100.0,
                          output_tokens=3, prompt_tokens=5, completion_tokens=3, content_chunks=3, finish_reason="stop",
-                         failure=None, samples=samples, **ev).sample_values()
+                         failure=None, samples=samples, **ev))
     metrics = [row[3] for row in rows]
     assert metrics.count(ITL_REASONING) == 1 and metrics.count(ITL_ANSWER) == 0 and metrics.count(ITL) == 2
     [part] = [row for row in rows if row[3] == ITL_REASONING]

@@ -13,6 +13,7 @@ from vllm_locust.backend.endpoints import endpoint
 from vllm_locust.backend.templated import _Template
 from vllm_locust.backend.wire import WireClock
 from vllm_locust.core.stream import StreamLimits, StreamResult
+from tests.unit.test_templated_client import count_templated
 
 USERS = 8
 
@@ -30,7 +31,7 @@ def wave(fake_server, monkeypatch, **clock) -> tuple[list[float], list[float]]:
 
     monkeypatch.setattr(_Template, "request", timed_build)
     api, go = endpoint("chat"), gevent.event.Event()
-    clients = [make_client(fake_server.url, "", 5.0, 30.0) for _ in range(USERS)]
+    clients = [count_templated(make_client(fake_server.url, "", 5.0, 30.0)) for _ in range(USERS)]
     clocks = [WireClock(**clock) for _ in range(USERS)]
 
     def send(i: int) -> None:
@@ -50,7 +51,7 @@ def wave(fake_server, monkeypatch, **clock) -> tuple[list[float], list[float]]:
     gevent.sleep(0.05)  # every user is waiting for the wave
     go.set()  # the wave: every user ready in the same instant
     gevent.joinall(users, raise_error=True)
-    assert len(built) == USERS and all(c.templated_requests == 1 for c in clients)
+    assert len(built) == USERS and all(c.templated_sends == 1 for c in clients)
     return [built[id(c._template)] for c in clients], [c.sent_perf_s for c in clocks]
 
 

@@ -24,7 +24,7 @@ from vllm_locust.plugin.outbox import REPORT_KEY as ROWS_KEY
 from vllm_locust.plugin.vllm_plugin import HELLO_MESSAGE, VllmPlugin
 from vllm_locust.plugin.recorder import SampleRecorder
 
-from .test_recorder_and_client import request_row, sample_row
+from tests.records import make_record, write_records
 
 
 class FillingFile:
@@ -88,16 +88,13 @@ def test_the_recorder_never_raises_on_a_full_disk_says_so_once_and_keeps_whole_l
     said: list[str] = []
     rec = SampleRecorder(tmp_path, "w", on_failure=said.append)
     for i in range(3):
-        rec.samples([sample_row(request_id=f"q{i}")])
-        rec.request(request_row(request_id=f"q{i}"))
+        write_records(rec, [make_record(request_id=f"q{i}")])
     budget[0] = 200  # the disk fills during the next requests
     for i in range(3, 50):
-        rec.samples([sample_row(request_id=f"q{i}")] * 5)
-        rec.request(request_row(request_id=f"q{i}"))
+        write_records(rec, [make_record(request_id=f"q{i}", samples=(("ITL", 1.0, 10.1, 1),) * 5)])
     writes = sum(f.calls for f in made)
     for i in range(50, 60):  # after the failure: no more writes, no exception
-        rec.samples([sample_row(request_id=f"q{i}")])
-        rec.request(request_row(request_id=f"q{i}"))
+        write_records(rec, [make_record(request_id=f"q{i}")])
     rec.close()
     assert sum(f.calls for f in made) == writes, "a failed recorder stops writing"
     assert len(said) == 1, said
@@ -111,8 +108,7 @@ def test_the_recorder_fails_once_when_its_file_cannot_even_be_opened(tmp_path):
     blocked.write_text("")
     said: list[str] = []
     rec = SampleRecorder(blocked / "sub", "w", on_failure=said.append)
-    rec.request(request_row())
-    rec.request(request_row())
+    write_records(rec, [make_record(), make_record(request_id="q2")])
     rec.close()
     assert len(said) == 1 and "cannot write" in said[0]
 

@@ -97,7 +97,6 @@ class TemplatedOpenAI(openai.OpenAI):
     """``openai.OpenAI`` with one request template (a client per user: one request shape)."""
 
     _template: _Template | None = None
-    templated_requests = 0  # requests sent from the template (tests read it)
 
     @property
     def user_agent(self) -> str:
@@ -121,7 +120,6 @@ class TemplatedOpenAI(openai.OpenAI):
         template = self._template
         if template is None or not template.fits(self, path, content, options):
             return self._post_and_keep(path, content, options)
-        self.templated_requests += 1
         return self.send_templated(template.request(content))
 
     def _post_and_keep(self, path: str, content: bytes, options: dict) -> httpx2.Response:

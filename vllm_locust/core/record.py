@@ -3,8 +3,8 @@
 The user builds it once, when the request ends, from its identity at send (``RequestInfo``: the
 labels in force and the wire clock's send stamp), the stream timer's metrics, what the stream
 carried (``StreamResult``), the open-loop arrival and the prompt. ``reporting`` turns it into
-Locust events and the recorder into rows (``row_values()``: the ``RequestRow``'s values, ``row()``
-the row itself; ``sample_values()``: the ``SampleRow`` tuples), so the events, the rows and the
+Locust events and the recorder into rows (``row_values()``: the ``RequestRow``'s values;
+``sample_parts()``: what the ``SampleRow`` rows are made of), so the events, the rows and the
 bench-JSON export read the same numbers.
 Stdlib only.
 """
@@ -49,7 +49,7 @@ class RequestInfo:
         return self.labels.phase
 
 
-# The order ``sample_values`` builds sample rows in; checked against the schema once, at import.
+# The order sample rows are made in (``sample_parts``, the recorder); checked against the schema once, at import.
 SAMPLE_ORDER = ("run_id", "worker_id", "request_id", "metric", "value_ms", "t_s", "phase", "concurrency", "step", "tokens",
                 "request_rate", "persona")
 if names_of(SampleRow) != SAMPLE_ORDER:  # pragma: no cover - fails loudly if the schema changes
@@ -136,10 +136,6 @@ class RequestRecord:
             return None
         return (self.info.sent_perf_s - self.intended_perf_s) * 1000.0
 
-    def row(self) -> RequestRow:
-        """The request row, rounded as written."""
-        return RequestRow(*self.row_values())
-
     def row_values(self) -> tuple:
         """The request row's values in its columns' order (``REQUEST_ORDER``), rounded as written: what
         the recorder formats, without a ``RequestRow`` built for each request (``_rounded`` in line)."""
@@ -177,9 +173,3 @@ class RequestRecord:
                 samples += ((TPOT, self.tpot_ms, self.last_perf_s, self.output_tokens),)
         return ((labels.run_id, info.worker_id, info.request_id), (labels.phase, labels.concurrency, labels.step),
                 (labels.request_rate, info.persona), info.sent_at_s - info.sent_perf_s, samples)
-
-    def sample_values(self) -> list[tuple]:
-        """The samples as ``SampleRow`` field tuples (``SAMPLE_ORDER``), rounded as written."""
-        head, tail, end, offset, samples = self.sample_parts()
-        return [(*head, metric, round(value, 4), round(t + offset, 6), *tail, tokens, *end)
-                for metric, value, t, tokens in samples]

@@ -91,7 +91,7 @@ class RequestReport:
     def finish(self, record: RequestRecord) -> None:
         """The request's end: E2E and TPOT (success) or one failure (not for an interrupted
         request: the run's end is not the server's failure) to Locust, then the record to the
-        recorder. The record's own rows carry E2E and TPOT (``RequestRecord.sample_values``).
+        recorder. The record's own rows carry E2E and TPOT (``RequestRecord.sample_parts``).
         A request answered in one body (embeddings) has no samples and no TPOT: E2E alone."""
         outcome = record.outcome
         if self._measured:

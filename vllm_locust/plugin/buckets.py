@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import sys
-import time
 import traceback
 
 import locust.log

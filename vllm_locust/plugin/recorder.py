@@ -120,7 +120,7 @@ def csv_fields(values: tuple) -> str:
 
 
 def sample_text(record: RequestRecord) -> str:
-    """The request's sample rows (``record.sample_values()``, ``SampleRow``'s columns) as CSV text.
+    """The request's sample rows (``record.sample_parts()``, ``SampleRow``'s columns) as CSV text.
 
     Why not ``csv.writer``: a row per chunk cost a tuple, two ``round`` calls and the writer's
     per-field work (about 2 us a chunk, issue 25). The fields that are the same on every row of a
@@ -251,15 +251,6 @@ class SampleRecorder:
             self.run_id = run_id
 
     @_unless_failed
-    def samples(self, rows: list[SampleRow]) -> None:
-        """A request's samples at once (one write per request instead of one per chunk)."""
-        check_rows(rows, SampleRow)
-        if rows:
-            self._open(rows[0].run_id)
-            if self._samples is not None:
-                self._samples.write_many(rows)
-
-    @_unless_failed
     def record(self, record: RequestRecord) -> None:
         """One finished request (the production path): its sample rows and its request row. Checked
         once, by the record's type: its rows are built by ``RequestRecord`` to the schema
@@ -340,16 +331,6 @@ class SampleRecorder:
         if self._client is not None:
             self._client.write(row)
         self._flush_if_due()  # 100 a second while a run is audited: a quiet run's rows leave too
-
-    def sample(self, row: SampleRow) -> None:
-        self.samples([row])
-
-    @_unless_failed
-    def request(self, row: RequestRow) -> None:
-        self._open(row.run_id)
-        if self._requests is not None:
-            self._requests.write(row)
-        self.flush()
 
     @_unless_failed
     def flush(self) -> None:
