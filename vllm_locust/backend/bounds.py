@@ -15,6 +15,8 @@ from operator import itemgetter
 import httpx2
 import requests
 
+from .httpx_compat import header_triples
+
 IDENTITY = {"Accept-Encoding": "identity"}
 MAX_BODY_BYTES = 16 << 20  # a model list, a /metrics page or an error body is kilobytes
 READ_BLOCK = 65536
@@ -66,7 +68,7 @@ def guard_response(response: httpx2.Response, max_body_bytes: int = MAX_BODY_BYT
     # httpx's (name, lowered name, value) triples as {lowered name: its first value}, made in C: the
     # first value is where httpx's ``headers["content-type"]`` (values joined by ", ") starts, and
     # its decoding is ASCII's for the prefix tested (one httpx lookup, ~150 bytecodes, less: issue 25)
-    first = dict(map(_lowered_and_value, reversed(headers._list)))
+    first = dict(map(_lowered_and_value, reversed(header_triples(headers))))
     reason = refused_encoding(headers) if b"content-encoding" in first else None
     if reason is not None:
         raise httpx2.RemoteProtocolError(reason.removeprefix("bad response: "), request=response.request)

@@ -22,6 +22,7 @@ import httpx2
 from httpx2._client import BoundSyncStream, ClientState, logger as httpx_logger
 
 from .bounds import lowered_name
+from .httpx_compat import header_triples
 
 _METHODS = ("send", "_send_handling_auth", "_send_handling_redirects", "_send_single_request", "_build_request_auth",
             "_transport_for_url", "_set_timeout")
@@ -65,7 +66,7 @@ def send_stream(client: httpx2.Client, request: httpx2.Request) -> httpx2.Respon
         raise
     response.request = request
     response.stream = BoundSyncStream(response.stream, start=start)
-    if not _COOKIE_HEADERS.isdisjoint(map(lowered_name, response.headers._list)):  # nothing else is extracted
+    if not _COOKIE_HEADERS.isdisjoint(map(lowered_name, header_triples(response.headers))):  # nothing else is extracted
         client.cookies.extract_cookies(response)
     response.default_encoding = client._default_encoding
     if httpx_logger.isEnabledFor(logging.INFO):
