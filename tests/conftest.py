@@ -153,11 +153,26 @@ def locust_web_ui(host: str, log: Path, *args: str, env: dict | None = None):
         ui.wait(timeout=60)
 
 
-def headless(host: str, out: Path, *args: str, timeout: int = 180):
-    """Real ``locust --headless`` on the project's locustfile against ``host``: raw rows under ``out``,
-    no prompt cache, the summary on stderr; the completed process."""
+def run_locust(*args: str, timeout: int = 180, locustfile: Path | None = None):
+    """Real ``locust`` on the project's locustfile (or ``locustfile``) with ``args``, from the
+    repository root: the completed process (its summary and log on stderr). The one way the e2e
+    tests start Locust in its own process."""
     import subprocess
 
-    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", host, "--headless",
-           "--only-summary", "--samples-dir", str(out), "--prompt-cache-dir", "", *args]
+    cmd = [sys.executable, "-m", "locust", "-f", str(locustfile or ROOT / "locustfile.py"), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def headless(host: str, out: Path | None, *args: str, timeout: int = 180):
+    """``locust --headless --only-summary`` against ``host``: raw rows under ``out`` (None: Locust's
+    own defaults), no prompt cache."""
+    samples = ["--samples-dir", str(out), "--prompt-cache-dir", ""] if out is not None else []
+    return run_locust("--host", host, "--headless", "--only-summary", *samples, *args, timeout=timeout)
+
+
+def request_rows(out: Path, kind: str = "requests"):
+    """Every ``<kind>-*.csv`` under ``out`` (every process's), as one frame; empty when none."""
+    import pandas as pd
+
+    files = sorted(out.glob(f"{kind}-*.csv"))
+    return pd.concat([pd.read_csv(f) for f in files], ignore_index=True) if files else pd.DataFrame()

@@ -10,15 +10,14 @@ import pandas as pd
 import pytest
 
 from vllm_locust.core.schema import LOAD_RECORD_PREFIX, SUMMARY
+from tests.conftest import headless
 
 ROOT = Path(__file__).resolve().parents[2]
 LOAD = ["--max-tokens", "8", "--prompt-tokens", "32", "--prompt-pool", "8"]
 
 
 def locust(host, *args, timeout=120):
-    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", host, "--headless",
-           "--only-summary", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return headless(host, None, *args, timeout=timeout)
 
 
 def analyse(*args):

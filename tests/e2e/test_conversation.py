@@ -7,13 +7,12 @@ from __future__ import annotations
 import glob
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import start_fake_server
+from tests.conftest import start_fake_server, headless
 
 ROOT = Path(__file__).resolve().parents[2]
 THINK_S = 0.3
@@ -42,11 +41,8 @@ def server():
 
 
 def locust(server, out: Path, dataset: str, *extra: str, seconds: int = 6) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url, "--headless",
-           "--only-summary", "-u", "2", "-r", "2", "-t", f"{seconds}s", "--samples-dir", str(out),
-           "--prompt-cache-dir", "", "--workload", "conversation", "--dataset-path", dataset,
-           "--think-time", str(THINK_S), *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return headless(server.url, out, "-u", "2", "-r", "2", "-t", f"{seconds}s", "--workload", "conversation",
+                    "--dataset-path", dataset, "--think-time", str(THINK_S), *extra, timeout=120)
 
 
 def rows(out: Path) -> pd.DataFrame:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import glob
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import processes, start_fake_server
+from tests.conftest import processes, start_fake_server, headless
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,9 +24,7 @@ def server():
 
 
 def locust(server, out: Path, *args: str, seconds: int = 5) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url, "--headless",
-           "--only-summary", "-t", f"{seconds}s", "--samples-dir", str(out), "--prompt-cache-dir", "", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT)
+    return headless(server.url, out, "-t", f"{seconds}s", *args)
 
 
 def rows(out: Path) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tests.conftest import start_fake_server
+from tests.conftest import start_fake_server, headless
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,11 +56,8 @@ def test_five_tenants_share_one_server_each_with_its_own_kind_and_slo(tmp_path):
         personas = tmp_path / "personas.toml"
         personas.write_text(PERSONAS)
         out = tmp_path / "runs" / "baseline"
-        proc = subprocess.run(
-            [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url, "--headless",
-             "--only-summary", "-u", "7", "-r", "7", "-t", "5s", "--samples-dir", str(out), "--prompt-cache-dir", "",
-             "--prompt-tokens", "16", "--max-tokens", "6", "--prompt-pool", "4", "--personas", str(personas)],
-            capture_output=True, text=True, timeout=180, cwd=ROOT)
+        proc = headless(server.url, out, "-u", "7", "-r", "7", "-t", "5s", "--prompt-tokens", "16", "--max-tokens", "6",
+                        "--prompt-pool", "4", "--personas", str(personas))
         assert proc.returncode == 0, proc.stderr[-3000:]
         log = server.log()
     finally:

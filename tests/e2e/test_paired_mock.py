@@ -9,16 +9,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import fake_servers, start_fake_server
+from tests.conftest import fake_servers, start_fake_server, run_locust
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def locust(host, paired, samples, *extra, seconds=8):
-    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", host, "--paired-host", paired,
-           "--headless", "--only-summary", "-u", "4", "-r", "4", "-t", f"{seconds}s", "--samples-dir", str(samples),
-           "--max-tokens", "10", "--prompt-tokens", "32", "--prompt-pool", "8", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT)
+    return run_locust("--host", host, "--paired-host", paired, "--headless", "--only-summary", "-u", "4", "-r", "4",
+                      "-t", f"{seconds}s", "--samples-dir", str(samples), "--max-tokens", "10", "--prompt-tokens", "32",
+                      "--prompt-pool", "8", *extra)
 
 
 @pytest.fixture(scope="module")

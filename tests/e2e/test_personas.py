@@ -9,7 +9,6 @@ from __future__ import annotations
 import glob
 import json
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import requests as http
 
 from vllm_locust.core.arrivals import persona_of
 
-from tests.conftest import locust_web_ui, processes, start_fake_server, until
+from tests.conftest import locust_web_ui, processes, start_fake_server, until, headless
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,10 +51,8 @@ def server():
 
 
 def locust(server, out: Path, *args: str, seconds: int = 4) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url, "--headless",
-           "--only-summary", "-t", f"{seconds}s", "--samples-dir", str(out), "--prompt-cache-dir", "",
-           "--max-tokens", "6", "--prompt-tokens", "20", "--prompt-pool", "4", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT)
+    return headless(server.url, out, "-t", f"{seconds}s", "--max-tokens", "6", "--prompt-tokens", "20",
+                    "--prompt-pool", "4", *args)
 
 
 def rows(out: Path) -> pd.DataFrame:

@@ -9,14 +9,13 @@ rows' intended instants are unix seconds; the test maps one onto the other once 
 import glob
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import processes as processes_args, start_fake_server
+from tests.conftest import processes as processes_args, start_fake_server, run_locust
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 16  # --trace-block-tokens: small prompts
@@ -51,11 +50,10 @@ def trace_file(tmp_path) -> Path:
 
 def replay(server, trace_file: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     server.configure(ttft_ms=20, itl_ms=5, tokens=16, log_bodies=True)
-    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url, "--headless",
-           "--only-summary", "--workload", "trace", "--dataset-path", str(trace_file), "--trace-block-tokens",
-           str(BLOCK), "-t", "60s", "--samples-dir", str(out), *extra]
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=ENDS_BY_ITSELF_S, cwd=ROOT)
+        return run_locust("--host", server.url, "--headless", "--only-summary", "--workload", "trace", "--dataset-path",
+                          str(trace_file), "--trace-block-tokens", str(BLOCK), "-t", "60s", "--samples-dir", str(out),
+                          *extra, timeout=ENDS_BY_ITSELF_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the run did not end by itself within {ENDS_BY_ITSELF_S} s of a 1.5 s trace (-t 60s)")
 
