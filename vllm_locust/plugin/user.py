@@ -230,13 +230,24 @@ class ChatStreamUser(User):
 
     def _leg(self, request: "_Request", client, wire: WireClock, target: str,
              result: StreamResult | None = None) -> tuple[bool, float | None, bool]:
-        """One request to one server, streamed, timed and recorded into ``result`` (a fresh one
-        unless given): (refused, seconds to wait, whether it succeeded)."""
+        """One request to one server, streamed (or, for an endpoint that answers in one body, called),
+        timed and recorded into ``result`` (a fresh one unless given): (refused, seconds to wait,
+        whether it succeeded)."""
         if not request.api.streams:
-            return self._call(request, client, wire, target)
-        plugin = self.plugin
-        audit = plugin.self_audit
-        wire.on_request_started()  # the wire hook stamps it again when the bytes go out
+            reply = None
+
+            def call() -> None:
+                nonlocal reply
+                reply = request.api.call(client, request.body)
+
+            def recorded(failure: Failure | None) -> None:
+                end_perf_s = time.perf_counter()
+                report = self._report(request, wire, target)
+                self._note_first_send(request.arrival, report.info)
+                report.finish(request.reply_record(report, reply, failure, end_perf_s, target))
+
+            return self._attempt(wire, call, recorded)
+        audit = self.plugin.self_audit
         report: RequestReport | None = None
         timer: StreamTimer | None = None
 
@@ -251,7 +262,13 @@ class ChatStreamUser(User):
 
         result = StreamResult() if result is None else result
 
-        def finish(failure: Failure | None) -> None:
+        def stream() -> None:
+            request.api.stream(client, request.body, on_content, result, self._limits_for(request.max_tokens))
+            if not result.content_times_s:
+                raise StreamError(f"stream finished ({result.finish_reason}) without any content",
+                                  Outcome.STREAM_INCOMPLETE)
+
+        def recorded(failure: Failure | None) -> None:
             nonlocal report, timer
             end_perf_s = time.perf_counter()
             if report is None:  # no content arrived: the request still has a row
@@ -260,13 +277,16 @@ class ChatStreamUser(User):
             self._note_first_send(request.arrival, report.info)
             report.finish(request.record(report, timer, result, failure, end_perf_s, target))
 
+        return self._attempt(wire, stream, recorded)
+
+    def _attempt(self, wire: WireClock, send, recorded) -> tuple[bool, float | None, bool]:
+        """``send()`` the request on ``wire``'s clock, then ``recorded(failure)`` it once however it
+        ended: (refused, seconds to wait, whether it succeeded). A request killed by the run's stop
+        mid-stream keeps its row, marked interrupted; one killed before its first byte has none."""
+        wire.on_request_started()  # the wire hook stamps it again when the bytes go out
         try:
-            limits = self._limits_for(request.max_tokens)
             with wire.active():
-                request.api.stream(client, request.body, on_content, result, limits)
-            if not result.content_times_s:
-                raise StreamError(f"stream finished ({result.finish_reason}) without any content",
-                                  Outcome.STREAM_INCOMPLETE)
+                send()
         except GreenletExit:
             if wire.waiting_to_send:  # killed in its turn's wait, before its first byte: no request, no row
                 raise
@@ -274,7 +294,7 @@ class ChatStreamUser(User):
             # Nothing raised while recording it may replace the kill: a user that raised a disk
             # error here outlived its run (the recorder itself never raises OSError).
             try:
-                finish(INTERRUPTED_FAILURE)
+                recorded(INTERRUPTED_FAILURE)
             except Exception:  # noqa: BLE001 - a bug in recording; the kill still goes through
                 logger.exception("cannot record the interrupted request")
             raise
@@ -282,40 +302,9 @@ class ChatStreamUser(User):
             failure = classify(err, float(self.environment.parsed_options.read_timeout))
             if is_client_error(err):
                 logger.exception("%s", failure.message)
-            finish(failure)
+            recorded(failure)
             return connection_refused(err), retry_after_s(err), False
-        finish(None)
-        return False, None, True
-
-    def _call(self, request: "_Request", client, wire: WireClock, target: str) -> tuple[bool, float | None, bool]:
-        """One request whose answer is one body (embeddings), timed from its send to the body's last
-        bytes: E2E only, no TTFT or ITL. (refused, seconds to wait, whether it succeeded), as ``_leg``."""
-        wire.on_request_started()
-
-        def finish(reply, failure: Failure | None) -> None:
-            end_perf_s = time.perf_counter()
-            report = self._report(request, wire, target)
-            self._note_first_send(request.arrival, report.info)
-            report.finish(request.reply_record(report, reply, failure, end_perf_s, target))
-
-        try:
-            with wire.active():
-                reply = request.api.call(client, request.body)
-        except GreenletExit:
-            if wire.waiting_to_send:
-                raise
-            try:
-                finish(None, INTERRUPTED_FAILURE)
-            except Exception:  # noqa: BLE001 - a bug in recording; the kill still goes through
-                logger.exception("cannot record the interrupted request")
-            raise
-        except Exception as err:
-            failure = classify(err, float(self.environment.parsed_options.read_timeout))
-            if is_client_error(err):
-                logger.exception("%s", failure.message)
-            finish(None, failure)
-            return connection_refused(err), retry_after_s(err), False
-        finish(reply, None)
+        recorded(None)
         return False, None, True
 
     def _limits_for(self, max_tokens: int | None) -> StreamLimits:
@@ -358,25 +347,17 @@ class _Request:
     def record(self, report: RequestReport, timer: StreamTimer, result: StreamResult, failure: Failure | None,
                end_perf_s: float, target: str) -> RequestRecord:
         """The one record of this request on one server, from the timer, the stream and the arrival."""
-        info = report.info
         tokens = result.completion_tokens if result.completion_tokens is not None else result.content_chunks
         measured = timer.finish(tokens)
-        arrival = self.arrival
-        record = RequestRecord(
-            info=info, endpoint=self.api.name, model=self.ctx.model, workload=self.ctx.spec.name,
-            prompt_index=self.prompt.index, prompt_kind=self.prompt.kind, end_perf_s=end_perf_s,
-            last_perf_s=timer.last_s, ttft_ms=measured.ttft_ms,
-            e2e_ms=measured.e2e_ms if failure is None else None, tpot_ms=measured.tpot_ms if failure is None else None,
-            output_tokens=tokens, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-            content_chunks=result.content_chunks, finish_reason=result.finish_reason, failure=failure,
-            samples=report.samples(),
-            intended_at_s=None if arrival is None else arrival.intended_at_s,
-            intended_perf_s=None if arrival is None else arrival.intended_perf_s,
-            queue_ms=None if arrival is None else arrival.queue_ms,
-            target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "",
-            session_id=self.prompt.session_id or "", turn=self.prompt.turn, trimmed_turns=self.prompt.trimmed_turns)
+        ok, prompt = failure is None, self.prompt
+        record = self._record(
+            report, failure, end_perf_s, target, last_perf_s=timer.last_s, ttft_ms=measured.ttft_ms,
+            e2e_ms=measured.e2e_ms if ok else None, tpot_ms=measured.tpot_ms if ok else None, output_tokens=tokens,
+            prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+            content_chunks=result.content_chunks, finish_reason=result.finish_reason, samples=report.samples(),
+            session_id=prompt.session_id or "", turn=prompt.turn, trimmed_turns=prompt.trimmed_turns)
         if result.parts is not None:  # reasoning or tool calls: the stream events' fields (a plain stream has none)
-            for name, value in result.events(info.sent_perf_s).items():
+            for name, value in result.events(report.info.sent_perf_s).items():
                 setattr(record, name, value)
         return record
 
@@ -385,16 +366,22 @@ class _Request:
         """The record of a request answered in one body (``embeddings.Reply``; None when it failed):
         E2E to the body's last bytes, no TTFT; ``content_chunks`` holds the inputs it embedded,
         ``completion_tokens`` 0 (nothing generated), ``prompt_tokens`` the batch's by usage."""
-        info, arrival = report.info, self.arrival
         ok = failure is None and reply is not None
+        return self._record(
+            report, failure, end_perf_s, target, last_perf_s=reply.end_perf_s if ok else None, ttft_ms=None,
+            e2e_ms=ms_between(report.info.sent_perf_s, reply.end_perf_s) if ok else None, tpot_ms=None,
+            output_tokens=0, prompt_tokens=reply.prompt_tokens if ok else None, completion_tokens=0 if ok else None,
+            content_chunks=reply.inputs if ok else 0, finish_reason="stop" if ok else None)
+
+    def _record(self, report: RequestReport, failure: Failure | None, end_perf_s: float, target: str,
+                **measured) -> RequestRecord:
+        """What every record of this request shares (who, which prompt, the arrival, the pair), and
+        what was ``measured``."""
+        info, arrival = report.info, self.arrival
         return RequestRecord(
             info=info, endpoint=self.api.name, model=self.ctx.model, workload=self.ctx.spec.name,
-            prompt_index=self.prompt.index, prompt_kind=self.prompt.kind, end_perf_s=end_perf_s,
-            last_perf_s=reply.end_perf_s if ok else None, ttft_ms=None,
-            e2e_ms=ms_between(info.sent_perf_s, reply.end_perf_s) if ok else None, tpot_ms=None,
-            output_tokens=0, prompt_tokens=reply.prompt_tokens if ok else None, completion_tokens=0 if ok else None,
-            content_chunks=reply.inputs if ok else 0, finish_reason="stop" if ok else None, failure=failure,
+            prompt_index=self.prompt.index, prompt_kind=self.prompt.kind, end_perf_s=end_perf_s, failure=failure,
             intended_at_s=None if arrival is None else arrival.intended_at_s,
             intended_perf_s=None if arrival is None else arrival.intended_perf_s,
             queue_ms=None if arrival is None else arrival.queue_ms,
-            target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "")
+            target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "", **measured)
