@@ -90,8 +90,12 @@ def test_the_asked_rate_is_the_total_over_all_processes(tmp_path, processes):
     # a constant rate of 20/s from one shared schedule: every arrival of the first 4.5 s sent, once
     intended = requests["intended_at_s"].sort_values()
     assert intended.is_unique
-    assert ((intended - intended.iloc[0]) < 4.5 - 1e-3).sum() == 90, len(requests)
-    gaps = intended.diff().dropna()
+    first = intended[(intended - intended.iloc[0]) < 4.5 - 1e-3]
+    assert len(first) == 90, len(requests)
+    # evenly spaced within that window; past it the step's end may stop a worker before it sends an
+    # arrival it holds while the other sent a later one (seen once, two busy processes beside: the
+    # last gap 0.10 s): the run's end, not the schedule
+    gaps = first.diff().dropna()
     assert gaps.between(0.0495, 0.0505).all(), gaps.describe()
     assert requests["worker_id"].nunique() == processes
 
