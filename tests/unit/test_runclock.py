@@ -50,3 +50,27 @@ def test_an_unforeseen_failure_still_arms_the_clock():
     with pytest.raises(RuntimeError):
         w.on_test_start()
     assert len(clock.armed) == 1, "-t still ends the run"
+
+
+def test_a_timer_that_fires_early_waits_out_what_is_left_of_t():
+    """The loop's timers count from its cached time: on a loaded machine -t's timer fired 15 ms
+    before -t was up (a window of 2.985 s for -t 3s). An early call waits out the rest."""
+    import time
+
+    import gevent
+
+    from vllm_locust.plugin.runclock import RunClock
+
+    quits: list[float] = []
+    env = SimpleNamespace(parsed_options=None, shape_class=None, runner=SimpleNamespace(quit=lambda: quits.append(time.monotonic())))
+    clock = RunClock(env)
+    clock.limit_s = 0.3
+    clock.arm(0.0)
+    deadline = time.monotonic() + 0.3
+    clock._timer.kill()
+    clock._end()  # the armed timer, firing before its time
+    assert quits == [], "not yet: -t is not up"
+    with gevent.Timeout(5, AssertionError("-t never ended the run")):
+        while not quits:
+            gevent.sleep(0.01)
+    assert quits[0] >= deadline - 0.001 and len(quits) == 1

@@ -13,6 +13,7 @@ every worker has built). A shape's clock is reset instead (``LoadTestShape.reset
 from __future__ import annotations
 
 import logging
+import time
 
 import gevent
 from locust.runners import LocalRunner, MasterRunner
@@ -36,6 +37,7 @@ class RunClock:
         self.environment = environment
         self.limit_s: float | None = None
         self._timer: gevent.Greenlet | None = None
+        self._deadline = 0.0  # time.monotonic() when -t is up, once armed
         options = environment.parsed_options
         if (options is not None and getattr(options, "headless", False) and getattr(options, "run_time", None)
                 and isinstance(environment.runner, (LocalRunner, MasterRunner)) and environment.shape_class is None):
@@ -62,9 +64,16 @@ class RunClock:
             return
         if built_s >= 1.0:
             logger.info("workload built in %.1f s before the first request (not counted in -t)", built_s)
+        self._deadline = time.monotonic() + self.limit_s
         self._timer = gevent.spawn_later(self.limit_s, self._end)
 
     def _end(self) -> None:
+        # The event loop's timers count from its cached time, which a busy loop (a long build, a
+        # loaded machine) leaves stale: seen firing 15 ms before -t was up. Whatever is left, waited.
+        left = self._deadline - time.monotonic()
+        if left > 0:
+            self._timer = gevent.spawn_later(left, self._end)
+            return
         self._timer = None
         logger.info("--run-time limit reached, shutting down")
         self.environment.runner.quit()
