@@ -147,8 +147,9 @@ def test_a_rogue_peer_cannot_end_skew_or_join_a_token_protected_run(tmp_path):
     env = {**os.environ, "LOCUST_WORKER_TOKEN": TOKEN}
     base = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py")]
     worker = subprocess.Popen([*base, "--worker", "--master-host", "127.0.0.1", "--master-port", str(relay.port),
-                               "--worker-samples-dir", str(own)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+                               "--worker-samples-dir", str(own)], cwd=ROOT, env=env,
+                              stdout=(tmp_path / "worker.log").open("w"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
     master = subprocess.Popen([*base, "--master", "--master-bind-port", str(port), "--expect-workers", "1",
                                "--headless", "-u", "4", "-r", "4", "-t", "300s", "--host", server.url,
                                "--samples-dir", str(out), "--run-id", RUN, *LOAD], cwd=ROOT, env=env,
@@ -198,10 +199,12 @@ def test_a_rogue_peer_cannot_end_skew_or_join_a_token_protected_run(tmp_path):
         while os.path.getsize(real_file) == size and time.monotonic() < deadline:
             assert master.poll() is None, master.stdout.read()[-3000:]
             time.sleep(0.2)
-        assert os.path.getsize(real_file) > size, "the real worker's rows stopped arriving"
+        grew = os.path.getsize(real_file) > size
         got = {s.getsockopt(zmq.IDENTITY).decode(): s.poll(0) for s in strangers}
         master.send_signal(signal.SIGTERM)
         log, _ = master.communicate(timeout=180)
+        assert grew, ("the real worker's rows stopped arriving", log[-3000:],
+                      (tmp_path / "worker.log").read_text()[-3000:])
     finally:
         reap(master, worker)
         for s in strangers:

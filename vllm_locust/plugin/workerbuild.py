@@ -6,8 +6,11 @@ exit 2. Now each worker builds at its own test start, in its own greenlet (heart
 its users at a gate and tells its master (``BUILT_MESSAGE``, with the run id; a build that breaks
 says so). When every worker that is not missing has built, the master starts the run's time over
 (timeline, open-loop schedule, Locust's totals), arms ``-t`` (``runclock``) and says go
-(``GO_MESSAGE``); a worker that builds later goes when it has built. While it waits the master names
-the workers it waits for, every ``SAY_EVERY_S``.
+(``GO_MESSAGE``); a worker that builds later goes when it has built, and the open-loop schedule is
+published again with its slice (else it would send nothing). While it waits the master names the
+workers it waits for, every ``SAY_EVERY_S``. A worker Locust marks missing (three seconds without a
+heartbeat: a busy machine's lateness as well as a lost worker) is still waited for, up to
+``MISSING_GRACE_S``: going without it had left it without a slice of the schedule, sending nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ BUILT_MESSAGE = "vllm_locust_built"  # worker -> master: {"run_id", "failed", "w
 GO_MESSAGE = "vllm_locust_go"  # master -> worker: {"run_id"}
 SAY_EVERY_S = 10.0
 CHECK_EVERY_S = 0.5  # how often the master looks again (a worker lost while building)
+MISSING_GRACE_S = 30.0  # how long a worker missing while it builds still holds the others
 WHY_CHARS = 300
 
 
@@ -46,6 +50,7 @@ class BuildGate:
         self._began = 0.0
         self._watch: gevent.Greenlet | None = None
         self._active = False  # master: between this run's start and its stop
+        self._missing_since: dict[str, float] = {}  # master: workers missing while building, since when
         self._run_id = None
 
     def register(self, events) -> None:
@@ -99,7 +104,7 @@ class BuildGate:
 
     # -- master ---------------------------------------------------------------------------------
     def _master_start(self) -> None:
-        self.built, self.went = set(), False
+        self.built, self.went, self._missing_since = set(), False, {}
         if self.failures.failed:
             return
         self._active, self._run_id, self._began = True, self.run.state.run_id, time.monotonic()
@@ -116,14 +121,31 @@ class BuildGate:
             self.failures.fail_run(f"cannot build the workload on worker {node}: {why}", once="workload")
             return
         if self.went:
-            self._go(node)  # a worker that joined, or built, after the others
+            self._go(node)  # a worker that joined, or built, after the others ...
+            self.open_loop.restart_schedule()  # ... and its slice of the arrivals from now
             return
         self.built.add(node)
         self._maybe_go()
 
     def waiting_for(self) -> list[str]:
-        runner = self.environment.runner
-        return sorted(c.id for c in runner.clients.all if c.state != "missing" and c.id not in self.built)
+        """The workers go waits for: every one that has not built, but one missing for
+        ``MISSING_GRACE_S`` (said once)."""
+        now, waiting = time.monotonic(), []
+        for client in self.environment.runner.clients.all:
+            if client.id in self.built:
+                continue
+            if client.state == "missing":
+                since = self._missing_since.setdefault(client.id, now)
+                if now - since >= MISSING_GRACE_S:
+                    if since > 0:
+                        logger.warning("worker %s has been missing for %.0f s while building its workload: the "
+                                       "others go without it", client.id, now - since)
+                        self._missing_since[client.id] = -1.0  # said; given up on
+                    continue
+            else:
+                self._missing_since.pop(client.id, None)  # back (its heartbeats were late): waited for again
+            waiting.append(client.id)
+        return sorted(waiting)
 
     def _maybe_go(self) -> None:
         if self.went or self.failures.failed or not self.built or self.waiting_for():
