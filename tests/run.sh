@@ -30,7 +30,7 @@ if [[ "${1:-}" == "--latest" ]]; then
     | sed 's/^/latest: /'
   PYTHONPATH=. exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -m unit \
     tests/unit/test_locust_compat.py tests/unit/test_channel.py tests/unit/test_audit_and_buckets.py \
-    tests/unit/test_transport.py tests/unit/test_templated_client.py tests/unit/test_wire.py \
+    tests/unit/test_stream_clients.py tests/unit/test_wire.py tests/unit/test_wave_sends.py \
     tests/unit/test_user.py tests/unit/test_csv_writer_shutdown.py tests/unit/test_wings.py "$@"
 fi
 bash launch/setup.sh

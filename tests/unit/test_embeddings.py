@@ -13,6 +13,8 @@ import pytest
 from vllm_locust.backend.client import classify, make_client
 from vllm_locust.backend.endpoints import endpoint, names
 from vllm_locust.backend.endpoints.embeddings import Reply, read_reply
+from vllm_locust.backend.streamclient import ErrorStatus
+from vllm_locust.backend.wire import WireClock
 from vllm_locust.core.outcome import Failure, Outcome
 from vllm_locust.core.record import Labels, RequestInfo
 from vllm_locust.core.reporting import RequestReport
@@ -95,7 +97,7 @@ def client_of(mock):
 def test_call_reads_one_embedding_per_input_after_the_servers_delay(mock):
     mock.configure(ttft_ms=60, log_bodies=True, mode="ok")
     sent = time.perf_counter()
-    reply = API.call(client_of(mock), API.body("fake-model", 8, ["alpha beta", "gamma", "delta epsilon zeta"]))
+    reply = API.call(client_of(mock), API.body("fake-model", 8, ["alpha beta", "gamma", "delta epsilon zeta"]), WireClock())
     assert reply.inputs == 3 and reply.prompt_tokens == 6  # the mock counts words
     assert reply.end_perf_s - sent >= 0.06  # causality: the body cannot end before the server answered
     [logged] = mock.log()
@@ -105,21 +107,23 @@ def test_call_reads_one_embedding_per_input_after_the_servers_delay(mock):
 
 def test_mock_embeddings_are_floats_of_its_dimension(mock):
     mock.configure(ttft_ms=1, mode="ok")
-    raw = client_of(mock).embeddings.create(model="fake-model", input=["a", "b"], encoding_format="float")
+    raw = make_client(mock.url, "", 5.0, 5.0, transport="sdk").sdk.embeddings.create(
+        model="fake-model", input=["a", "b"], encoding_format="float")
     assert [len(d.embedding) for d in raw.data] == [EMBEDDING_DIM, EMBEDDING_DIM]
 
 
 def test_a_short_response_from_the_server_fails_as_bad_response(mock):
     mock.configure(ttft_ms=1, mode="shape")
     with pytest.raises(StreamError) as caught:
-        API.call(client_of(mock), API.body("fake-model", 8, ["a", "b"]))
+        API.call(client_of(mock), API.body("fake-model", 8, ["a", "b"]), WireClock())
     assert classify(caught.value).kind is Outcome.BAD_RESPONSE and "1 embeddings for 2 inputs" in str(caught.value)
 
 
-def test_an_unknown_model_is_an_http_error(mock):
+@pytest.mark.parametrize("transport", ["lean", "sdk"])
+def test_an_unknown_model_is_an_http_error(mock, transport):
     mock.configure(ttft_ms=1, mode="ok")
-    with pytest.raises(openai.APIStatusError) as caught:
-        API.call(client_of(mock), API.body("nope", 8, ["a"]))
+    with pytest.raises((ErrorStatus, openai.APIStatusError)) as caught:
+        API.call(make_client(mock.url, "", 5.0, 5.0, transport=transport), API.body("nope", 8, ["a"]), WireClock())
     assert classify(caught.value).kind is Outcome.HTTP_4XX
 
 
@@ -174,13 +178,15 @@ def test_a_failure_fires_one_e2e_failure_and_no_time():
     assert sample_rows(record) == []
 
 
-def test_a_body_over_the_cap_is_a_bad_response(mock, monkeypatch):
-    """The client's response hook caps a body that is not an event stream (``bounds.guard_response``)."""
+@pytest.mark.parametrize("transport", ["lean", "sdk"])
+def test_a_body_over_the_cap_is_a_bad_response(mock, monkeypatch, transport):
+    """The reader caps a body (``max_bytes``); the SDK client's response hook too (``bounds.guard_response``)."""
     from vllm_locust.backend import bounds
 
     monkeypatch.setattr(bounds.guard_response, "__defaults__", (200,))  # bytes: 3 embeddings are more
     mock.configure(ttft_ms=1, mode="ok")
     with pytest.raises(Exception) as caught:
-        API.call(client_of(mock), API.body("fake-model", 8, ["a", "b", "c"]))
+        API.call(make_client(mock.url, "", 5.0, 5.0, transport=transport), API.body("fake-model", 8, ["a", "b", "c"]),
+                 WireClock(), max_bytes=200)
     failure = classify(caught.value)
     assert failure.kind is Outcome.BAD_RESPONSE and "body over 200 bytes" in failure.message, failure

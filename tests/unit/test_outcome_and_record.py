@@ -38,7 +38,7 @@ def test_a_stream_that_finishes_without_content_is_incomplete_not_a_client_error
     class Empty(Chat):  # a server that says "stop" before any content
         name = "chat-empty"
 
-        def stream(self, client, body, on_content, result, limits):
+        def stream(self, client, body, on_content, result, limits, clock):
             result.finish_reason = "stop"
             return result
 
@@ -74,7 +74,7 @@ def test_a_registered_endpoint_is_what_the_user_calls(fake_server, tmp_path):
         name = "chat-counted"
         calls = 0
 
-        def stream(self, client, body, on_content, result, limits):
+        def stream(self, client, body, on_content, result, limits, clock):
             Counted.calls += 1
             return super().stream(client, body, on_content, result, limits)
 

@@ -8,36 +8,34 @@ import time
 import gevent
 import gevent.event
 
-from vllm_locust.backend.client import make_client
+from vllm_locust.backend import apiclient
+from vllm_locust.backend.apiclient import make_client
 from vllm_locust.backend.endpoints import endpoint
-from vllm_locust.backend.templated import _Template
 from vllm_locust.backend.wire import WireClock
 from vllm_locust.core.stream import StreamLimits, StreamResult
-from tests.unit.test_templated_client import count_templated
 
 USERS = 8
 
 
 def wave(fake_server, monkeypatch, **clock) -> tuple[list[float], list[float]]:
-    """Each user's instant its request was built (the SDK's part done) and its send stamp."""
+    """Each user's instant its request was made (``ApiClient.open``'s part done) and its send stamp."""
     fake_server.configure(ttft_ms=1.0, itl_ms=1.0, tokens=2)
     built: dict[int, float] = {}
-    build = _Template.request
+    made = apiclient.PreparedRequest
 
-    def timed_build(self, content):  # a user's second request is built from its first one's template
-        request = build(self, content)
-        built[id(self)] = time.perf_counter()
+    def timed(route, headers, body, timeouts):
+        request = made(route, headers, body, timeouts)
+        built[id(headers)] = time.perf_counter()  # each user's client has its own header tuple
         return request
 
-    monkeypatch.setattr(_Template, "request", timed_build)
+    monkeypatch.setattr(apiclient, "PreparedRequest", timed)
     api, go = endpoint("chat"), gevent.event.Event()
-    clients = [count_templated(make_client(fake_server.url, "", 5.0, 30.0)) for _ in range(USERS)]
+    clients = [make_client(fake_server.url, "", 5.0, 30.0) for _ in range(USERS)]
     clocks = [WireClock(**clock) for _ in range(USERS)]
 
     def send(i: int) -> None:
-        with clocks[i].active():
-            result = api.stream(clients[i], api.body("fake-model", 2, [{"role": "user", "content": "hi"}]),
-                                lambda *a: None, StreamResult(), StreamLimits(2))
+        result = api.stream(clients[i], api.body("fake-model", 2, [{"role": "user", "content": "hi"}]),
+                            lambda *a: None, StreamResult(), StreamLimits(2), clocks[i])
         assert result.content_chunks == 2
 
     def user(i: int) -> None:
@@ -46,13 +44,14 @@ def wave(fake_server, monkeypatch, **clock) -> tuple[list[float], list[float]]:
         send(i)
 
     users = [gevent.spawn(user, i) for i in range(USERS)]
-    while any(c.sent_perf_s == 0 for c in clocks) or any(c._template is None for c in clients):
+    while any(c.sent_perf_s == 0 for c in clocks):
         gevent.sleep(0.01)
     gevent.sleep(0.05)  # every user is waiting for the wave
+    built.clear()
     go.set()  # the wave: every user ready in the same instant
     gevent.joinall(users, raise_error=True)
-    assert len(built) == USERS and all(c.templated_sends == 1 for c in clients)
-    return [built[id(c._template)] for c in clients], [c.sent_perf_s for c in clocks]
+    assert len(built) == USERS
+    return [built[id(c.headers)] for c in clients], [c.sent_perf_s for c in clocks]
 
 
 def test_a_waves_requests_are_all_built_before_the_first_goes_out(fake_server, monkeypatch):

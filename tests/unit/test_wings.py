@@ -217,7 +217,7 @@ def loaded_by(module: str) -> set[str]:
     """The top-level load-generator packages importing ``module`` loads, in a fresh interpreter."""
     code = (f"import sys\nimport {module}\n"
             "print(','.join(m for m in ('locust', 'gevent', 'geventhttpclient', 'openai', 'httpx2', "
-            "'vllm_locust.backend.transport') if m in sys.modules))")
+            "'vllm_locust.backend.llhttp_compat') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"import {module} failed: {done.stderr[-2000:]}"
     return set(filter(None, done.stdout.strip().split(",")))
@@ -239,19 +239,20 @@ def test_the_package_and_its_core_load_no_locust_and_no_gevent_at_run_time():
 
 
 @pytest.mark.parametrize("module", modules_under("vllm_locust/backend"))
-def test_a_backend_module_loads_no_locust_and_gevent_only_with_the_lean_transport(module):
-    """The lean transport (llhttp through geventhttpclient) is the one backend module allowed gevent
-    (its sockets are gevent's); no backend module loads Locust."""
+def test_a_backend_module_loads_no_locust_and_gevent_only_with_the_lean_clients_parser(module):
+    """The lean client's parser (llhttp through geventhttpclient, ``llhttp_compat``) is the one
+    backend module allowed to load gevent (the lean client's sockets are gevent's under Locust);
+    no backend module loads Locust."""
     got = loaded_by(module)
     assert "locust" not in got, f"import {module} loaded Locust"
-    assert "gevent" not in got or "vllm_locust.backend.transport" in got, \
-        f"import {module} loaded gevent without the lean transport: {sorted(got)}"
+    assert "gevent" not in got or "vllm_locust.backend.llhttp_compat" in got, \
+        f"import {module} loaded gevent without the lean client's parser: {sorted(got)}"
 
 
 # -- other packages through their public API (issue 40) ------------------------------------------------
-# The wire client's modules still reach httpx2's, openai's and gevent's internals; they go when the
-# StreamClient seam lands. The list may only shrink: a listed module with nothing to report fails.
-NOT_YET_COMPAT = ("vllm_locust/backend/httpsend.py", "vllm_locust/backend/templated.py", "vllm_locust/backend/transport.py")
+# Modules allowed to reach other packages' private names outside a ``*_compat.py`` module: none since
+# the StreamClient seam. The list may only shrink: a listed module with nothing to report fails.
+NOT_YET_COMPAT: tuple[str, ...] = ()
 REFLECTION = ("getattr", "setattr", "hasattr", "delattr")
 
 

@@ -3,8 +3,9 @@
 The suite reads raw bytes and asks for ``Accept-Encoding: identity`` on every request: a body in
 another encoding is refused by name, never decoded (a 1 MB gzip bomb on ``/v1/models`` had taken
 the process to 1.87 GB), and a body that is not an event stream is read up to ``MAX_BODY_BYTES``.
-Two ways in: ``guard_response``, an httpx response hook for the ``openai`` client (either
-transport), and ``get``/``post`` for the plain ``requests`` calls (``/v1/models``, ``/version``,
+Three ways in: a user's ``apiclient.ApiClient`` (identity asked for, an error body bounded; the
+stream's events bounded by the SSE decoder), ``guard_response``, an httpx response hook for the
+``openai`` SDK's client (``--http-transport sdk``), and ``get``/``post`` for the plain ``requests`` calls (``/v1/models``, ``/version``,
 ``/tokenize``, ``/metrics``).
 """
 

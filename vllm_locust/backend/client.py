@@ -1,60 +1,28 @@
-"""Talk to the server: the ``openai`` client, model discovery, and one-line failure messages."""
+"""Talk to the server: model discovery and the start checks, and one line for what went wrong.
+
+A user's client is ``apiclient.make_client``'s (re-exported here); ``classify`` says what each
+failure is, whichever client raised it (the ``StreamClient`` seam's ``WireError``, the ``openai``
+SDK's errors on ``--http-transport sdk``, httpx's).
+"""
 
 from __future__ import annotations
 
 import json
-import ssl
 
 import httpx2
 import openai
-import openai.resources.chat  # noqa: F401 - the SDK imports its resources on first use: the first request
-import openai.resources.completions  # noqa: F401   of every process paid about 28 ms of it, late (a trace's first row)
 import requests
 
-from . import bounds
+from . import bounds, streamclient
 from ..core.hosts import normalize_host
 from ..core.outcome import Failure, Outcome, RequestFailure, kind_of_message  # noqa: F401 - RequestFailure re-exported
 from ..core.stream import StreamError
-from .templated import TemplatedOpenAI
-from .transport import LeanTransport
-from .wire import event_hooks
+from .apiclient import api_base, make_client  # noqa: F401 - re-exported: a user's client
+from .streamclient import ErrorStatus, WireError
 
 
 class ServerCheckError(Exception):
     """The server can't be used for this run (unreachable, no such model, ...)."""
-
-
-def api_base(host: str) -> str:
-    """``http://h:p`` or ``http://h:p/v1`` -> ``http://h:p/v1`` (``hosts.normalize_host``)."""
-    return normalize_host(host) + "/v1"
-
-
-def make_client(host: str, api_key: str, connect_timeout_s: float, read_timeout_s: float,
-                tls: ssl.SSLContext | None = None, transport: str = "lean") -> openai.OpenAI:
-    """Synchronous client (cooperative under gevent), no retries: a retry would hide a failure.
-
-    One per user, so each stream keeps its own keep-alive connection (one pool shared by hundreds
-    of concurrent streams costs httpcore time quadratic in their number: 512 users waited 4 s for
-    their first send). ``tls``, built once per process and shared, makes a client cost 0.1 ms
-    instead of the 20 ms of loading the certificate store. The wire hook stamps each request on
-    its user's clock (see ``wire.py``). ``transport="lean"`` reads plain-HTTP responses with
-    ``transport.LeanTransport`` (C parser, a fraction of the CPU per chunk); ``"httpx"`` and every
-    ``https://`` host use httpx's own. Every request asks for identity encoding and every response
-    passes ``bounds.guard_response`` (no other encoding, capped non-stream bodies).
-    """
-    timeout = httpx2.Timeout(read_timeout_s, connect=connect_timeout_s)
-    hooks = {**event_hooks(), "response": [bounds.guard_response]}
-    settings = dict(timeout=timeout, event_hooks=hooks, verify=tls if tls is not None else True)
-    if transport == "lean" and api_base(host).startswith("http://"):
-        settings["transport"] = LeanTransport()
-    return TemplatedOpenAI(
-        base_url=api_base(host),
-        api_key=api_key or "EMPTY",
-        max_retries=0,
-        timeout=timeout,
-        default_headers=bounds.IDENTITY,
-        http_client=openai.DefaultHttpxClient(**settings),
-    )
 
 
 def server_message(body) -> str:
@@ -70,7 +38,7 @@ def server_message(body) -> str:
     return str(body) if body else ""
 
 
-SERVER_SIDE = (StreamError, openai.APIError, httpx2.TransportError, json.JSONDecodeError)
+SERVER_SIDE = (StreamError, WireError, openai.APIError, httpx2.TransportError, json.JSONDecodeError)
 
 
 def is_client_error(err: BaseException) -> bool:
@@ -91,9 +59,10 @@ def connection_refused(err: BaseException) -> bool:
     """The server is not there (nothing listens, or the connection could not be opened): the
     request never reached it. Not a timeout, not an error the server sent, not a response that
     did not parse (that server answered: counting it as refused had stopped a live run)."""
-    if isinstance(err, openai.APITimeoutError):
+    if isinstance(err, (openai.APITimeoutError, streamclient.ConnectTimedOut)):
         return False
-    return any(isinstance(cause, (ConnectionRefusedError, httpx2.ConnectError)) for cause in _causes(err))
+    return any(isinstance(cause, (ConnectionRefusedError, httpx2.ConnectError, streamclient.ConnectFailed))
+               for cause in _causes(err))
 
 
 def bad_response(err: BaseException) -> str | None:
@@ -114,10 +83,14 @@ MAX_RETRY_AFTER_S = 60.0
 
 def retry_after_s(err: BaseException) -> float | None:
     """An HTTP 429's ``Retry-After`` in seconds (capped at a minute), or None."""
-    if not isinstance(err, openai.APIStatusError) or err.status_code != 429:
+    if isinstance(err, ErrorStatus) and err.status == 429:
+        header = err.retry_after
+    elif isinstance(err, openai.APIStatusError) and err.status_code == 429:
+        header = err.response.headers.get("retry-after")
+    else:
         return None
     try:
-        return min(MAX_RETRY_AFTER_S, max(0.0, float(err.response.headers.get("retry-after", "1"))))
+        return min(MAX_RETRY_AFTER_S, max(0.0, float(header or "1")))
     except (TypeError, ValueError):
         return 1.0  # an HTTP date or garbage: wait a second, as for a missing header
 
@@ -135,6 +108,8 @@ def classify(err: BaseException, read_timeout_s: float | None = None) -> Failure
         return err.failure
     if isinstance(err, StreamError):
         return Failure(err.kind, str(err))
+    if isinstance(err, WireError):
+        return wire_failure(err, read_timeout_s)
     if isinstance(err, openai.APIStatusError):
         wait = retry_after_s(err)
         after = f" (Retry-After {wait:g} s: this user waits)" if wait is not None else ""
@@ -152,12 +127,30 @@ def classify(err: BaseException, read_timeout_s: float | None = None) -> Failure
                        f"connection failed: {type(cause).__name__ if cause else 'error'}: {cause or err}".splitlines()[0])
     if isinstance(err, httpx2.TransportError):
         # Raised by the body stream itself (the SDK does not wrap errors after the headers).
-        return Failure(Outcome.STREAM_CUT, f"connection lost mid-stream: {type(err).__name__}: {err}".splitlines()[0])
+        return Failure(Outcome.STREAM_CUT, f"connection lost mid-stream: {err or type(err).__name__}".splitlines()[0])
     if isinstance(err, openai.APIError):
         return Failure(Outcome.SERVER_ERROR_IN_STREAM, f"server error in stream: {server_message(err.body) or err.message}")
     if isinstance(err, json.JSONDecodeError):
         return Failure(Outcome.MALFORMED_CHUNK, f"malformed chunk: not JSON ({err.msg})")
     return Failure(Outcome.CLIENT_ERROR, f"client error (not the server's): {type(err).__name__}: {err}".splitlines()[0])
+
+
+def wire_failure(err: WireError, read_timeout_s: float | None) -> Failure:
+    """A ``StreamClient``'s error (``streamclient``): its kind by its class, and one line."""
+    if isinstance(err, ErrorStatus):
+        wait = retry_after_s(err)
+        after = f" (Retry-After {wait:g} s: this user waits)" if wait is not None else ""
+        return Failure(status_kind(err.status), f"HTTP {err.status}: {server_message(err.body) or err}{after}")
+    if isinstance(err, streamclient.ReadTimedOut):
+        return Failure(Outcome.TIMEOUT,
+                       f"timeout: no bytes for {read_timeout_s:g} s (--read-timeout)" if read_timeout_s else "timeout")
+    if isinstance(err, (streamclient.ConnectTimedOut, streamclient.WriteTimedOut)):
+        return Failure(Outcome.TIMEOUT, f"timeout: {err}".splitlines()[0])
+    if isinstance(err, streamclient.BadResponse):
+        return Failure(Outcome.BAD_RESPONSE, f"bad response: {err}".splitlines()[0])
+    if isinstance(err, streamclient.StreamCut):
+        return Failure(Outcome.STREAM_CUT, f"connection lost mid-stream: {err}".splitlines()[0])
+    return Failure(Outcome.CONNECTION, f"connection failed: {err}".splitlines()[0])
 
 
 def describe_error(err: BaseException, read_timeout_s: float | None = None) -> str:

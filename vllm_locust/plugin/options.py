@@ -66,9 +66,10 @@ OPTIONS = [
     ("--max-event-bytes", dict(type=int, default=1 << 20, env_var="LOCUST_MAX_EVENT_BYTES",
                                help="Largest server-sent event a stream may carry, in bytes; a larger one fails the "
                                     "request and closes its connection (a vLLM chunk is a few hundred bytes); 0: no limit")),
-    ("--http-transport", dict(default="lean", choices=["lean", "httpx"], env_var="LOCUST_HTTP_TRANSPORT",
-                              help="lean: read plain-HTTP streams with a C parser (about half the client CPU per "
-                                   "chunk); httpx: the SDK's own transport (proxies; https always uses it)")),
+    ("--http-transport", dict(default="lean", choices=["lean", "httpx", "sdk"], env_var="LOCUST_HTTP_TRANSPORT",
+                              help="lean: plain-HTTP streams read with a C parser (about half the client CPU per "
+                                   "chunk); httpx: httpx's public client (proxies; https always uses it); sdk: "
+                                   "the openai SDK's own create(), end to end")),
     # The registry's own list: a source registered later (a user's locustfile) is a choice too.
     ("--workload", dict(default="fixed", choices=sources.NAMES, env_var="LOCUST_WORKLOAD",
                         help=sources.describe())),

@@ -1,8 +1,8 @@
 """``ChatStreamUser``: one closed-loop stream at a time, timed chunk by chunk at the socket.
 
-The ``openai`` SDK builds and sends the request (auth, body, HTTP errors); the suite reads the
-response body itself (``sse.py``, ``stream.py``), so a chunk costs a raw read, a fast JSON parse
-and one Locust event. Each user has its own client and keep-alive connection; clients share the
+Each user's client (``apiclient``) sends the request through the wire-client seam
+(``streamclient``), with the user's clock; the suite reads the response body itself (``sse.py``,
+``stream.py``), so a chunk costs a raw read, a fast JSON parse and one Locust event. Each user has its own client and keep-alive connection; clients share the
 process's TLS context, so building one costs 0.1 ms and hundreds of users start at once.
 """
 
@@ -238,7 +238,7 @@ class ChatStreamUser(User):
 
             def call() -> None:
                 nonlocal reply
-                reply = request.api.call(client, request.body)
+                reply = request.api.call(client, request.body, wire)
 
             def recorded(failure: Failure | None) -> None:
                 end_perf_s = time.perf_counter()
@@ -263,7 +263,7 @@ class ChatStreamUser(User):
         result = StreamResult() if result is None else result
 
         def stream() -> None:
-            request.api.stream(client, request.body, on_content, result, self._limits_for(request.max_tokens))
+            request.api.stream(client, request.body, on_content, result, self._limits_for(request.max_tokens), wire)
             if not result.content_times_s:
                 raise StreamError(f"stream finished ({result.finish_reason}) without any content",
                                   Outcome.STREAM_INCOMPLETE)
@@ -285,8 +285,7 @@ class ChatStreamUser(User):
         mid-stream keeps its row, marked interrupted; one killed before its first byte has none."""
         wire.on_request_started()  # the wire hook stamps it again when the bytes go out
         try:
-            with wire.active():
-                send()
+            send()
         except GreenletExit:
             if wire.waiting_to_send:  # killed in its turn's wait, before its first byte: no request, no row
                 raise

@@ -8,51 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-import httpx2
-
 from ...core.stream import StreamLimits, StreamResult, read_stream
-from ..transport import close_response, raw_reads
-
-try:  # orjson serialises a body in a few microseconds; json is the fallback
-    from orjson import dumps as _dumps
-except ImportError:  # pragma: no cover - orjson is in requirements.txt
-    import json
-
-    def _dumps(value) -> bytes:
-        return json.dumps(value, separators=(",", ":")).encode()
-
-# ``create``'s keyword arguments that are not body fields (``wire_request`` takes them apart).
-SDK_ONLY = ("extra_body", "extra_headers", "extra_query", "timeout")
-_SDK_ONLY_SET = frozenset(SDK_ONLY)
-_NO_SDK_ONLY = _SDK_ONLY_SET.isdisjoint
-_EXTRA_BODY_ONLY = {"extra_body"}
-# As ``create`` sends it: bearer auth (the SDK's own default would also try the admin key).
-_SECURITY = {"bearer_auth": True}
-
-
-def wire_request(body: dict) -> tuple[bytes, dict]:
-    """``body`` (``create``'s keyword arguments) as the JSON bytes ``create`` would send (``extra_body``
-    merged in) and the SDK request options (``extra_headers``, ``extra_query``, ``timeout``).
-
-    Why: ``create`` runs the SDK's type-driven ``maybe_transform`` over every body (about a quarter
-    of the client's CPU per request, issue 25); the suite's bodies are plain JSON types already."""
-    if _NO_SDK_ONLY(body):  # no SDK argument among the body's keys (in C)
-        return _dumps(body), {"security": _SECURITY}
-    fields = dict(body)  # the body fields, in order: the SDK's arguments taken out, extra_body's merged last
-    present = _SDK_ONLY_SET.intersection(body)  # usually ``extra_body`` alone (``--ignore-eos``)
-    for key in present:
-        del fields[key]
-    fields.update(body.get("extra_body") or {})
-    if present == _EXTRA_BODY_ONLY:
-        return _dumps(fields), {"security": _SECURITY}
-    options: dict = {"security": _SECURITY}
-    if body.get("extra_headers"):
-        options["headers"] = body["extra_headers"]
-    if body.get("extra_query"):
-        options["params"] = body["extra_query"]
-    if "timeout" in body:
-        options["timeout"] = body["timeout"]
-    return _dumps(fields), options
 
 
 class Endpoint:
@@ -93,22 +49,15 @@ class Endpoint:
         raise ValueError(tools_error(self.name, tools) or f"--tools {tools}: not supported by --endpoint {self.name}")
 
     def stream(self, client, body: dict, on_content: Callable[[int, float, int | None], None], result: StreamResult,
-               limits: StreamLimits) -> StreamResult:
-        """Send ``body`` and read the response into ``result``, calling ``on_content`` per content
-        chunk (the suite reads the raw body: ``stream.read_stream``).
-
-        The SDK sends it through its public ``post`` (auth, default headers, its exceptions: an
-        HTTP 4xx/5xx raises ``openai.APIStatusError``'s subclass with the body, as ``create`` does),
-        with the body already serialised (``wire_request``) and the raw httpx response back; a user's
-        later requests reuse the first one's URL and headers (``TemplatedOpenAI.post_stream``)."""
-        content, options = wire_request(body)
-        post_stream = getattr(client, "post_stream", None)  # ``templated.TemplatedOpenAI``'s (make_client)
-        response = (post_stream(self.path, content, options) if post_stream is not None else
-                    client.post(self.path, content=content, options=options, cast_to=httpx2.Response, stream=True))
+               limits: StreamLimits, clock) -> StreamResult:
+        """Send ``body`` on ``clock`` and read the response into ``result``, calling ``on_content`` per
+        content chunk (the suite reads the raw body: ``stream.read_stream``). ``client`` is the
+        user's (``apiclient.make_client``): a status that is not 2xx raises its error with the body."""
+        response = client.open(self, body, clock)
         try:
-            return read_stream(response, on_content, result, limits, raw_reads(response))
+            return read_stream(response, on_content, result, limits, response.reads())
         finally:
-            close_response(response)
+            response.close()
 
 
 ENDPOINTS: dict[str, Endpoint] = {}

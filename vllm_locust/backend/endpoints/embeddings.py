@@ -1,9 +1,9 @@
 """``/v1/embeddings``: a batch of text inputs in, one JSON body out; timed from the send to its last byte.
 
 Not a stream (``streams = False``): the user calls ``call`` instead of ``stream`` and records E2E
-only (no TTFT, no ITL). The SDK sends the request (``with_streaming_response``, so its body is not
-parsed for us); the suite reads the raw body within ``bounds.MAX_BODY_BYTES`` (the client's
-response hook caps it), stamps each read, and checks that ``data`` holds one embedding per input.
+only (no TTFT, no ITL). The user's client sends it (``apiclient``); the suite reads the raw body
+within ``bounds.MAX_BODY_BYTES``, stamps each read, and checks that ``data`` holds one embedding
+per input.
 ``encoding_format`` is ``float``: the SDK's default, base64, would be decoded by the SDK, not read here.
 """
 
@@ -12,10 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import openai.resources.embeddings  # noqa: F401 - the SDK imports a resource on first use: not on a first request
-
 from ...core.outcome import Outcome
 from ...core.stream import StreamError, identity_only
+from ..bounds import MAX_BODY_BYTES, body_over
 from . import Endpoint, register
 
 try:  # orjson parses a body of floats several times faster than json
@@ -66,6 +65,7 @@ def read_reply(body: bytes, end_perf_s: float, inputs: int) -> Reply:
 
 class Embeddings(Endpoint):
     name = "embeddings"
+    path = "/embeddings"
     prompt_field = "input"
     prompt_form = "text"
     streams = False
@@ -82,18 +82,24 @@ class Embeddings(Endpoint):
         inputs = [prompt] if isinstance(prompt, str) else list(prompt)
         return dict(model=model, input=inputs, encoding_format="float")
 
-    def stream(self, client, body, on_content, result, limits):
+    def stream(self, client, body, on_content, result, limits, clock):
         raise TypeError("embeddings is not streamed: call Embeddings.call")
 
-    def call(self, client, body: dict) -> Reply:
-        """Send ``body`` and read its whole response: the reply, its end stamped at the last read."""
-        with self.resource(client).with_streaming_response.create(**body) as response:
-            http = response.http_response
-            identity_only(http.headers)
-            parts, end = [], time.perf_counter()
-            for data in http.iter_raw():  # capped by the client's response hook (bounds.guard_response)
+    def call(self, client, body: dict, clock, max_bytes: int = MAX_BODY_BYTES) -> Reply:
+        """Send ``body`` on ``clock`` and read its whole response (at most ``max_bytes``): the reply,
+        its end stamped at the last read."""
+        response = client.open(self, body, clock)
+        try:
+            identity_only(response.headers)
+            parts, size, end = [], 0, time.perf_counter()
+            for data in response.reads():
                 end = time.perf_counter()
+                size += len(data)
+                if size > max_bytes:
+                    raise StreamError(body_over(max_bytes), Outcome.BAD_RESPONSE)
                 parts.append(data)
+        finally:
+            response.close()
         return read_reply(b"".join(parts), end, len(body["input"]))
 
 
