@@ -10,7 +10,7 @@ switch (``greenlet.settrace``, by origin and target), and divides by the request
 Counting slows the process down, so the run's request rate means nothing; the counts per request do.
 Compare two trees with ``--root``.
 
-    python benchmarks/request_steps.py                    # calls per request, top entries
+    python benchmarks/request_steps.py                    # calls per request, the files, top entries
     python benchmarks/request_steps.py --count opcodes    # bytecodes per request
     python benchmarks/request_steps.py --count switches   # greenlet switches per request, by origin and target
     python benchmarks/request_steps.py --root /tmp/before --top 0
@@ -127,6 +127,13 @@ def count(root: Path, what: str, users: int, warmup_s: float,
     return n, rows
 
 
+def first_party(where: str) -> str | None:
+    """``vllm_locust/...`` for a file of the suite's package (whichever tree ran), else None."""
+    if "vllm_locust/" not in where:
+        return None
+    return "vllm_locust/" + where.rsplit("vllm_locust/", 1)[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=str(ROOT), help="the tree whose suite runs (default: this one)")
@@ -141,6 +148,8 @@ def main() -> None:
         python = sum(k for k, _, where in rows if where != "C")
         c_calls = sum(k for k, _, where in rows if where == "C")
         print(f"{n} requests; per request: {python:.0f} Python calls, {c_calls:.0f} C calls")
+        ours = sorted({first_party(where) for _, _, where in rows} - {None})
+        print(f"first-party files called in the window: {len(ours)} ({', '.join(ours)})")
     else:
         what = "bytecodes" if args.count == "opcodes" else "greenlet switches (origin -> target)"
         print(f"{n} requests; per request: {sum(k for k, _, _ in rows):.1f} {what}")

@@ -17,12 +17,12 @@ from vllm_locust.backend.streamclient import ErrorStatus
 from vllm_locust.backend.wire import WireClock
 from vllm_locust.core.outcome import Failure, Outcome
 from vllm_locust.core.record import Labels, RequestInfo
-from vllm_locust.core.reporting import RequestReport
+from vllm_locust.plugin.reporting import RequestReport
 from vllm_locust.core.schema import E2E
 from vllm_locust.core.stream import StreamError
 from vllm_locust.mock.server import EMBEDDING_DIM, start_in_thread
 from vllm_locust.plugin.options import defaults, embedding_batch_size
-from vllm_locust.plugin.user import _Request
+from vllm_locust.plugin.request import PlannedRequest
 from tests.records import request_row, sample_rows
 
 API = endpoint("embeddings")
@@ -141,10 +141,10 @@ class FakeEvents:
 SENT = 1000.0
 
 
-def request_of() -> _Request:
+def request_of() -> PlannedRequest:
     ctx = SimpleNamespace(model="m", spec=SimpleNamespace(name="fixed"))
     prompt = SimpleNamespace(index=3, kind="fixed")
-    return _Request(ctx, API, {}, prompt, 128, Labels("r", "measured", 1, None), None, 7)
+    return PlannedRequest(ctx, API, {}, prompt, 128, Labels("r", "measured", 1, None), None, 7)
 
 
 def report_of(env) -> RequestReport:

@@ -72,7 +72,7 @@ def test_a_failed_requests_time_stays_out_of_locusts_percentiles():
     from locust.event import Events
 
     from vllm_locust.core.record import Labels, RequestInfo
-    from vllm_locust.core.reporting import RequestReport
+    from vllm_locust.plugin.reporting import RequestReport
 
     env = Environment(events=Events())
     env.create_local_runner()

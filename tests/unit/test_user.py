@@ -381,9 +381,9 @@ def test_a_users_stream_limits_follow_the_options_between_requests(fake_server, 
     user = ChatStreamUser(env)
     user.on_start()
     user.stream_completion()
-    kept = user.limits
+    kept = user.pipeline.limits
     user.stream_completion()
-    assert user.limits is kept and (kept.max_tokens, kept.max_event_bytes) == (3, env.parsed_options.max_event_bytes)
+    assert user.pipeline.limits is kept and (kept.max_tokens, kept.max_event_bytes) == (3, env.parsed_options.max_event_bytes)
     env.parsed_options.max_event_bytes = 40  # below one chunk's event: the next request must fail on it
     user.stream_completion()
     env.parsed_options.max_event_bytes = kept.max_event_bytes
@@ -391,7 +391,7 @@ def test_a_users_stream_limits_follow_the_options_between_requests(fake_server, 
     VllmPlugin.of(env).recording.close()
     rows = read_csv(tmp_path / "requests-r1-w1.csv")
     assert [row["kind"] for row in rows] == ["ok", "ok", "event_too_large", "ok"], [row["kind"] for row in rows]
-    assert user.limits.max_event_bytes == kept.max_event_bytes
+    assert user.pipeline.limits.max_event_bytes == kept.max_event_bytes
 
 
 def _stats_of(env):
@@ -465,7 +465,7 @@ def _direct_env():
 
 def _report(env):
     from vllm_locust.core.record import Labels, RequestInfo
-    from vllm_locust.core.reporting import RequestReport
+    from vllm_locust.plugin.reporting import RequestReport
     from vllm_locust.plugin.buckets import listener_failed, sample_log
 
     info = RequestInfo(Labels("r", "measured", 1, None), "w", "w:1", "chat", 100.0, 100.0)

@@ -2,7 +2,7 @@
 
 A session source (``Source.sessions``: ``--workload conversation``) makes each user a chat
 application's user: it plays one conversation at a time, turn by turn, with think time between a
-reply and the next turn (``user.ChatStreamUser.play_session``). The process deals conversations
+reply and the next turn (``sessionplay.play_session``). The process deals conversations
 from its workload context in turn (one counter per context, shared by its users), so users spread
 over the pool; a session's id (``<worker id>:<n>``) is unique in the run, and so is its tag.
 """

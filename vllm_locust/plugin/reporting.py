@@ -1,4 +1,6 @@
-"""Hand one request's samples on: each to Locust's stats as it happens, its record to the recorder at its end.
+"""A request's sinks: each sample to Locust's stats (and the live charts) as it happens, its record to
+the recorder at its end. The core builds the record and touches no Locust object; this is the
+Locust wing's side of a request (it was ``core/reporting.py``, Locust's work in the core: issue 40).
 
 One ``events.request.fire`` per sample (``name`` is the metric, so TTFT/ITL/TPOT/E2E are rows of
 Locust's stats and ``--csv`` files; ``response_length`` is the tokens the sample covers). The
@@ -12,9 +14,9 @@ costs a tuple and the recorder one checked write per request.
 
 from __future__ import annotations
 
-from .outcome import Outcome, RequestFailure
-from .record import RequestInfo, RequestRecord
-from .schema import E2E, MEASURED, TOOL_ARGS, TOOL_CALL, TPOT, TTFA, TTFR
+from ..core.outcome import Outcome, RequestFailure
+from ..core.record import RequestInfo, RequestRecord
+from ..core.schema import E2E, MEASURED, TOOL_ARGS, TOOL_CALL, TPOT, TTFA, TTFR
 
 # Stream events past the first token, fired once per request at its end: (metric, the record's
 # field, its field of tokens for ``response_length``). TOOL_ARGS only for a success: a stream
