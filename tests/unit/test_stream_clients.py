@@ -13,14 +13,14 @@ import time
 import httpx2
 import pytest
 
-from vllm_locust.backend import leanclient, streamclient
+from vllm_locust.backend import gevent_compat, leanclient, llhttp_compat, streamclient
 from vllm_locust.backend.apiclient import ApiClient, SdkClient, make_client
 from vllm_locust.backend.httpxclient import HttpxClient
 from vllm_locust.backend.leanclient import LeanClient, _ResponseParser
 from vllm_locust.backend.streamclient import (BadResponse, ConnectFailed, ConnectionLost, PreparedRequest,
                                               ReadTimedOut, Route, StreamCut, Timeouts, WriteTimedOut)
 
-KINDS = ["lean", "httpx"]
+KINDS = ["lean", "lean-public", "httpx"]  # lean-public: the lean client on gevent's and llhttp's public paths
 CHUNKED_OK = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
               b"8\r\ndata:1\r\n\r\n" b"8\r\ndata:2\r\n\r\n" b"0\r\n\r\n")
 
@@ -77,8 +77,19 @@ class Clock:
         self.seen.append("sending")
 
 
+@pytest.fixture(autouse=True)
+def public_paths(request, monkeypatch):
+    """``lean-public``: the lean client as on a gevent or geventhttpclient it was not verified
+    against (``gevent_compat``, ``llhttp_compat``): every read, send and feed through their public
+    API. The contract holds there too."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("kind") == "lean-public":
+        monkeypatch.setattr(gevent_compat, "VERIFIED", False)
+        monkeypatch.setattr(llhttp_compat, "_C_FEED", None)
+
+
 def client_of(kind: str, **kw):
-    return LeanClient(**kw) if kind == "lean" else HttpxClient()
+    return HttpxClient() if kind == "httpx" else LeanClient(**kw)
 
 
 def prepared(url: str, body: bytes = b'{"x":1}', method: str = "POST", headers: tuple = (), connect_s=5.0,
@@ -443,6 +454,22 @@ def test_request_parts_take_every_mix_of_sdk_arguments_apart():
 
 
 # -- the lean client's own promises ------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["lean", "lean-public"])
+def test_a_connection_the_server_closed_while_idle_is_not_reused(kind):
+    def one_per_connection(server, conn, index):
+        server.read_request(conn)
+        conn.sendall(CHUNKED_OK)
+        conn.close()
+
+    server = ScriptedServer(one_per_connection)
+    client = client_of(kind)
+    assert post(client, server.url)[0] == 200
+    time.sleep(0.2)  # the server's close has reached the idle socket
+    assert post(client, server.url)[0] == 200 and server.connections == 2
+    assert len(server.requests) == 2, "the second request went once, on a new connection"
+    server.close()
+
+
 def test_a_connection_the_server_closed_between_requests_is_replaced_once():
     def close_after_one(server, conn, index):
         server.read_request(conn)

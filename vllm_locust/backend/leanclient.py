@@ -12,6 +12,7 @@ Read timeouts are kept by one watcher (``_ReadWatch``), not by a timer per read.
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 import time
@@ -87,10 +88,15 @@ _PEEK_NOW = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)  # an int: the flags' ``|
 
 def _closed_while_idle(sock: socket.socket) -> bool:
     """An idle keep-alive socket that is readable has been closed by the server (or holds junk).
-    A non-blocking peek, not ``select``: gevent's ``select`` with a zero timeout switches to the
-    hub, and a request's one yield before its send is the clock's (``wire.WireClock``)."""
+    A non-blocking peek of the C socket, not ``select``: gevent's ``select`` with a zero timeout
+    switches to the hub, and a request's one yield before its send is the clock's
+    (``wire.WireClock``). Without the C socket (``gevent_compat`` not verified), ``select``: a
+    gevent socket's own ``recv`` would wait for the bytes the peek asks not to wait for."""
+    raw = gevent_compat.raw_socket(sock)
     try:
-        (gevent_compat.raw_socket(sock) or sock).recv(1, _PEEK_NOW)
+        if raw is None:
+            return bool(select.select([sock], [], [], 0)[0])
+        raw.recv(1, _PEEK_NOW)
         return True  # bytes (junk) or b"" (closed): not reusable either way
     except BlockingIOError:
         return False  # nothing to read: the connection is open and clean
