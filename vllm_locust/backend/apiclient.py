@@ -14,13 +14,15 @@ request hook on the clock ``open`` was given.
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import openai
 import openai.resources.chat  # noqa: F401 - the SDK imports its resources on first use: the first request
 import openai.resources.completions  # noqa: F401   of every process paid about 28 ms of it, late
 import openai.resources.embeddings  # noqa: F401
 
-from . import bounds, leanclient, streamclient
-from .httpxclient import SEND_EVENTS, HttpxClient
+from . import bounds, leanclient, streamclient  # noqa: F401 - leanclient registers itself
+from .httpxclient import SEND_EVENTS  # the module registers the httpx client
 from .streamclient import ErrorStatus, PreparedRequest, Route, StreamClient, Timeouts
 from ..core.hosts import normalize_host
 
@@ -89,8 +91,6 @@ class ApiClient:
 
     def route(self, path: str, query: dict | None = None) -> Route:
         if query:
-            from urllib.parse import urlencode
-
             return Route("POST", f"{self.base_url}{path}?{urlencode(query)}")
         route = self._routes.get(path)
         if route is None:
@@ -182,6 +182,5 @@ def make_client(host: str, api_key: str, connect_timeout_s: float, read_timeout_
     loading the certificate store."""
     if transport == "sdk":
         return SdkClient(host, api_key, connect_timeout_s, read_timeout_s, tls)
-    lean = transport == "lean" and api_base(host).startswith("http://")
-    wire = leanclient.LeanClient(tls) if lean else HttpxClient(tls)
-    return ApiClient(host, api_key, connect_timeout_s, read_timeout_s, wire)
+    kind = transport if transport == "lean" and api_base(host).startswith("http://") else "httpx"
+    return ApiClient(host, api_key, connect_timeout_s, read_timeout_s, streamclient.CLIENTS[kind](tls))
