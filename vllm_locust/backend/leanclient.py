@@ -152,6 +152,16 @@ class _ReadWatch:
 _READ_WATCH = _ReadWatch()
 
 
+def _read_error(err: Exception, expired: bool, part: str, lost: streamclient.WireError) -> streamclient.WireError:
+    """The seam's error for a socket or parser failure while reading ``part`` of a response: a
+    timeout, a malformed response, or else ``lost``."""
+    if expired or isinstance(err, socket.timeout):
+        return ReadTimedOut(f"timed out waiting for {part}")
+    if isinstance(err, HTTPParseError):
+        return BadResponse(f"malformed HTTP response ({part}): {err}")
+    return lost
+
+
 class _StaleConnection(Exception):
     """A reused connection that the server had closed: nothing of this request reached it."""
 
@@ -281,11 +291,8 @@ class LeanClient:
             raise ConnectionLost(f"{type(err).__name__} reading the response headers") from err
         except (OSError, HTTPParseError) as err:
             sock.close()
-            if body.expired or isinstance(err, socket.timeout):
-                raise ReadTimedOut("timed out waiting for the response headers") from err
-            if isinstance(err, HTTPParseError):
-                raise BadResponse(f"malformed HTTP response (the response headers): {err}") from err
-            raise ConnectionLost(f"{type(err).__name__} reading the response headers: {err}") from err
+            raise _read_error(err, body.expired, "the response headers", ConnectionLost(
+                f"{type(err).__name__} reading the response headers: {err}")) from err
         except ReadTimedOut:
             sock.close()
             raise
@@ -368,11 +375,7 @@ class LeanResponse:
                     yield chunk
         except (OSError, HTTPParseError) as err:
             self.close()
-            if self.expired or isinstance(err, socket.timeout):
-                raise ReadTimedOut("timed out waiting for the body") from err
-            if isinstance(err, HTTPParseError):
-                raise BadResponse(f"malformed HTTP response (the body): {err}") from err
-            raise StreamCut(f"{type(err).__name__}: {err}") from err
+            raise _read_error(err, self.expired, "the body", StreamCut(f"{type(err).__name__}: {err}")) from err
         except streamclient.WireError:
             self.close()
             raise
