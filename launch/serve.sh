@@ -2,7 +2,8 @@
 # Start vLLM with a profile, wait until healthy, smoke-test it, keep it up until Ctrl-C.
 # Usage: bash launch/serve.sh PROFILE [--dry-run] [--check] [--sweep-settings] [--run-dir DIR]
 #   --dry-run         print the exact command line and exit 0
-#   --check           check every flag against the installed vLLM's parser and exit
+#   --check           check every flag against the installed vLLM's parser and exit (several
+#                     profiles at once: serve.sh --check A B C, one vLLM import for all)
 #   --sweep-settings  print the profile's sweep.NAME=value lines (for launch/sweep.py) and exit
 # Environment: MODEL, SERVED_MODEL_NAME, TP, HOST (default 127.0.0.1), PORT (default 8000), VLLM_PYTHON.
 set -euo pipefail
@@ -15,7 +16,8 @@ Usage: bash launch/serve.sh PROFILE [--dry-run | --check | --sweep-settings] [--
 Start vLLM with a profile, wait until it is healthy, smoke-test it, and keep it up until Ctrl-C.
 
   --dry-run         print the exact command line and exit
-  --check           check every flag against the installed vLLM's parser and exit
+  --check           check every flag against the installed vLLM's parser and exit; several
+                    profiles may follow (--check A B C checks them all with one vLLM import)
   --sweep-settings  print the profile's sweep.NAME=value lines (for launch/sweep.py) and exit
   --run-dir DIR     where server.log and manifest.json go (default runs/serve-PROFILE-TIME)
   -h, --help        this text
@@ -29,7 +31,7 @@ HEALTH_TIMEOUT (seconds, default 600), VLLM_PYTHON (the vLLM interpreter), OPENA
 EOF
 }
 
-profile= dry_run= check_only= run_dir= sweep_settings=
+profile= dry_run= check_only= run_dir= sweep_settings= more_profiles=()
 while (( $# )); do
   case "$1" in
     --dry-run) dry_run=1 ;;
@@ -38,11 +40,17 @@ while (( $# )); do
     --run-dir) run_dir=${2:?--run-dir needs a directory}; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) die "unknown option $1" ;;
-    *) [[ -z "$profile" ]] || die "one profile at a time"; profile=$1 ;;
+    *) if [[ -z "$profile" ]]; then profile=$1; else more_profiles+=("$1"); fi ;;
   esac
   shift
 done
 [[ -n "$profile" ]] || die "usage: serve.sh PROFILE [--dry-run] [--check] (--help for more); profiles: $(list_profiles)"
+(( ${#more_profiles[@]} == 0 )) || [[ -n "$check_only" && -z "$dry_run$sweep_settings$run_dir" ]] \
+  || die "one profile at a time (several only with --check)"
+if [[ -n "$check_only" ]] && (( ${#more_profiles[@]} )); then
+  check_flags_of "$profile" "${more_profiles[@]}"
+  echo "launch: profiles $profile ${more_profiles[*]}: every flag accepted by the installed vLLM"; exit 0
+fi
 
 if [[ -n "$sweep_settings" ]]; then
   read_profile "$profile"
@@ -55,9 +63,12 @@ if [[ -n "$dry_run" ]]; then
   [[ "${SERVER_CMD[*]}" == *"<MODEL>"* ]] && echo "launch: no MODEL set: <MODEL> shows where it goes" >&2
   print_command; exit 0
 fi
-[[ -n "$check_only" ]] || require_free_port
-check_flags
-[[ -n "$check_only" ]] && { echo "launch: profile '$profile': every flag accepted by the installed vLLM"; exit 0; }
+if [[ -n "$check_only" ]]; then
+  check_flags
+  echo "launch: profile '$profile': every flag accepted by the installed vLLM"; exit 0
+fi
+require_free_port
+check_flags --cache
 
 run_dir=${run_dir:-$ROOT/runs/serve-$profile-$(date +%Y%m%d-%H%M%S)}
 trap stop_server EXIT

@@ -54,7 +54,7 @@ def install_steps_shape(environment) -> None:
     options = environment.parsed_options
     if environment.shape_class is not None or options is None:
         return
-    from .shapes import ConcurrencySteps, wants_steps
+    from .loads.shapes import ConcurrencySteps, wants_steps
 
     if wants_steps(options):
         shape = ConcurrencySteps()

@@ -47,7 +47,7 @@ from locust.exception import RPCError
 from locust.rpc import Message
 from locust.rpc import zmqrpc
 
-from . import channel
+from .distributed import channel
 
 logger = logging.getLogger(__name__)
 

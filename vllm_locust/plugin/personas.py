@@ -23,7 +23,7 @@ from ..core.personas import OptionKind, Persona, PersonaError, load_personas
 from .options import OPTIONS, SECRET_OPTIONS
 
 if TYPE_CHECKING:
-    from .sessions import SessionDealer
+    from .loads.sessions import SessionDealer
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def install(environment) -> list[Persona]:
 
 def persona_option_errors(environment, persona: Persona, shaped: bool) -> str | None:
     """The first problem with a persona's options (the checks a run makes on its own), or None."""
-    from .webform import dataset_errors, option_errors
+    from .webui.webform import dataset_errors, option_errors
 
     view = OptionsView(environment, persona.overrides)
     own_file = {"dataset_path", "workload"} & set(persona.overrides)  # the run's own is read when built
@@ -200,7 +200,7 @@ def fewest_users(environment, shaped: bool) -> int | None:
         users = getattr(environment.runner, "target_user_count", None)
         return int(users) if users else None
     from .options import parse_steps
-    from .shapes import ConcurrencySteps
+    from .loads.shapes import ConcurrencySteps
 
     if not isinstance(environment.shape_class, ConcurrencySteps):
         return None
@@ -219,7 +219,7 @@ _dealers: "weakref.WeakKeyDictionary[object, dict[str, SessionDealer]]" = weakre
 def persona_dealer(plugin, persona: str) -> "SessionDealer":
     """A persona's own conversation dealer (its context's pool, its own session numbers): one
     dealer shared by personas with different contexts would deal afresh at every switch."""
-    from .sessions import SessionDealer
+    from .loads.sessions import SessionDealer
 
     dealers = _dealers.setdefault(plugin, {})
     found = dealers.get(persona)

@@ -23,11 +23,11 @@ from ..core.outcome import INTERRUPTED_FAILURE, Failure, Outcome
 from ..core.record import Labels, RequestInfo, RequestRecord
 from ..core.sse import DEFAULT_MAX_EVENT_BYTES
 from ..core.stream import StreamError, StreamLimits, StreamResult
-from .buckets import listener_failed, sample_log
-from .completion import FailureKinds
+from .records.buckets import listener_failed, sample_log
+from .lifecycle.completion import FailureKinds
 from .context import LoadContext
-from .pacer import Arrival
-from .reporting import RequestReport
+from .loads.pacer import Arrival
+from .records.reporting import RequestReport
 
 logger = logging.getLogger(__name__)
 # Request numbers, one sequence per plugin (per process and run environment): ids stay unique

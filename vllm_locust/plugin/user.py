@@ -21,11 +21,11 @@ from ..core.record import Labels
 from . import attach, locust_compat
 from .context import LoadContext
 from .options import embedding_batch_size
-from .pacer import Arrival
+from .loads.pacer import Arrival
 from .personas import OptionsView
 from .request import PlannedRequest, RequestPipeline, request_numbers
-from .sessionplay import play_session
-from .sessions import plays_sessions
+from .loads.sessionplay import play_session
+from .loads.sessions import plays_sessions
 from .vllm_plugin import VllmPlugin
 
 attach.register()  # importing the user class is all a locustfile needs: the suite attaches itself, once

@@ -36,24 +36,25 @@ import time
 import gevent
 from locust.runners import WorkerRunner
 
-from . import buckets, csvwriter, webtab
+from .records import buckets, csvwriter
+from .webui import webtab
 from .clients import ClientFactory, RefusalWatch
-from .distribution import HELLO_MESSAGE, MasterSide, WorkerSide  # noqa: F401  (HELLO_MESSAGE: tests)
-from .failures import RunFailures, Verdict
-from .liveview import LiveView
-from .loadrecord import LoadRecorder
-from .openloop import OpenLoop
-from .tracereplay import TraceReplay
+from .distributed.distribution import HELLO_MESSAGE, MasterSide, WorkerSide  # noqa: F401  (HELLO_MESSAGE: tests)
+from .lifecycle.failures import RunFailures, Verdict
+from .webui.liveview import LiveView
+from .records.loadrecord import LoadRecorder
+from .loads.openloop import OpenLoop
+from .loads.tracereplay import TraceReplay
 from .options import STEP_OPTIONS, resolve_api_key
-from .peers import PeerGuard
+from .distributed.peers import PeerGuard
 from .personas import PersonaStart, install as install_personas
-from .recording import Recording
-from .runclock import RunClock
-from .runstart import RunStart
-from .runstate import RunStateBroadcast
-from .selfaudit import SelfAudit
-from .webform import guard_swarm, hide_options
-from .workerbuild import BuildGate
+from .records.recording import Recording
+from .loads.runclock import RunClock
+from .lifecycle.runstart import RunStart
+from .lifecycle.runstate import RunStateBroadcast
+from .lifecycle.selfaudit import SelfAudit
+from .webui.webform import guard_swarm, hide_options
+from .distributed.workerbuild import BuildGate
 from .workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class VllmPlugin:
         # The steps shape applies to --steps or several rates (or one rate without -u/-t: one
         # step), set anywhere Locust reads options (command line, LOCUST_*, locust.conf);
         # otherwise Locust's own -u/-r/-t do, one rate's users being its in-flight cap.
-        from .shapes import ConcurrencySteps, steps_note, wants_steps
+        from .loads.shapes import ConcurrencySteps, steps_note, wants_steps
 
         if isinstance(environment.shape_class, ConcurrencySteps) and options is not None:
             if not wants_steps(options):  # a user's own LoadTestShape is left alone

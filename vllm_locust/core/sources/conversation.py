@@ -5,7 +5,7 @@ reply's token count by the run's counter (that turn's output length, unless ``--
 given) and what each user turn adds to the prompt (``turn_tokens``, for trimming a history to the
 model's context without counting at run time: ``core/session.py``). ``prompt_tokens`` is the first
 turn's exact count, tag placeholder included. A user plays one entry as a session
-(``plugin/sessions.py``): turn by turn, with the server's own replies in the history.
+(``plugin/loads/sessions.py``): turn by turn, with the server's own replies in the history.
 
 A conversation must open (after an optional system turn) with a user turn and alternate; others
 are skipped and counted in the note. A trailing user turn without a reply is still sent (output
@@ -115,7 +115,7 @@ class Conversation(Source):
     shares_prefixes = True
     help = ("multi-turn sessions of a ShareGPT JSON file (--dataset-path): each user plays a conversation, "
             "sending the history with the server's replies (--think-time, --max-turns)")
-    sessions = True  # users play whole conversations (plugin/sessions.py), not one request per task
+    sessions = True  # users play whole conversations (plugin/loads/sessions.py), not one request per task
 
     def build(self, spec: WorkloadSpec, counter: TokenCounter) -> Workload:
         path, conversations, order = sharegpt_in_seeded_order(self.name, spec)

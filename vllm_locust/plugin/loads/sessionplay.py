@@ -12,10 +12,10 @@ import logging
 import gevent
 from locust.exception import StopUser
 
-from ..backend.endpoints import Endpoint
-from ..core.stream import StreamResult
-from .context import LoadContext
-from .personas import persona_dealer
+from ...backend.endpoints import Endpoint
+from ...core.stream import StreamResult
+from ..context import LoadContext
+from ..personas import persona_dealer
 from .sessions import dealer, session_option_errors
 
 logger = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from locust.runners import WorkerRunner
 
-from ..core.schema import ClientRow
-from .outbox import Outbox
+from ...core.schema import ClientRow
+from ..distributed.outbox import Outbox
 from .recorder import SampleRecorder
 
 

@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 from gevent import getcurrent
 from gevent.event import Event
 
-from ..core.arrivals import Segment, offsets
+from ...core.arrivals import Segment, offsets
 
 
 class _Waiter:

@@ -22,9 +22,9 @@ import os
 import re
 from typing import get_args, get_type_hints
 
-from ..core.schema import (CLIENT_PREFIX, REQUESTS_PREFIX, SAMPLES_PREFIX, ClientRow, RequestRow, SampleRow, client_file,
+from ...core.schema import (CLIENT_PREFIX, REQUESTS_PREFIX, SAMPLES_PREFIX, ClientRow, RequestRow, SampleRow, client_file,
                      names_of, requests_file, samples_file)
-from ..core.wholelines import append_text
+from ...core.wholelines import append_text
 
 REPORT_KEY = "vllm_locust_rows"  # in a worker's stats report: {file name: CSV text}
 # Used with ``fullmatch``: ``$`` alone matched before a trailing newline (a file ``name.csv\n``).

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from argparse import Namespace
 
-from ..core.csvsafe import FORMULA_STARTS
-from ..core.arrivals import check_burstiness, parse_rates
-from .options import OPTIONS, as_bool, embedding_batch_size, parse_steps, workload_spec
-from .sessions import plays_sessions, session_option_errors
-from .tracereplay import trace_errors
-from ..backend.endpoints import endpoint, tools_error
-from ..core.schema import load_record_file
+from ...core.csvsafe import FORMULA_STARTS
+from ...core.arrivals import check_burstiness, parse_rates
+from ..options import OPTIONS, as_bool, embedding_batch_size, parse_steps, workload_spec
+from ..loads.sessions import plays_sessions, session_option_errors
+from ..loads.tracereplay import trace_errors
+from ...backend.endpoints import endpoint, tools_error
+from ...core.schema import load_record_file
 
 
 def form_errors(options: Namespace, form, shaped: bool) -> str | None:
@@ -48,8 +48,8 @@ def dataset_errors(ns: Namespace) -> str | None:
     """The dataset file read as the run's source would read it, or None: the web form answers a
     start with this (it said "Swarming started" and failed afterwards), and so does a persona's
     check. A headless run reads it once, when its workload is built at start."""
-    from ..core.sources.datafiles import DataFileError, dataset_file, read_custom, read_sharegpt
-    from ..core.sources.tracefiles import read_trace
+    from ...core.sources.datafiles import DataFileError, dataset_file, read_custom, read_sharegpt
+    from ...core.sources.tracefiles import read_trace
 
     workload = str(getattr(ns, "workload", "") or "")
     reader = {"sharegpt": read_sharegpt, "conversation": read_sharegpt, "custom": read_custom,

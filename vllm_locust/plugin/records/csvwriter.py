@@ -23,7 +23,7 @@ import weakref
 import gevent
 import locust.stats
 
-from . import locust_compat
+from .. import locust_compat
 
 logger = logging.getLogger(__name__)
 

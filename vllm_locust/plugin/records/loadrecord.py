@@ -13,9 +13,9 @@ import socket
 import time
 from dataclasses import asdict
 
-from ..core.schema import LoadRecord, load_record_file, write_json_atomic
-from ..core.versions import versions
-from .options import SECRET_OPTIONS, workload_spec
+from ...core.schema import LoadRecord, load_record_file, write_json_atomic
+from ...core.versions import versions
+from ..options import SECRET_OPTIONS, workload_spec
 
 logger = logging.getLogger(__name__)
 SECRET_WORDS = ("key", "auth", "password", "token")

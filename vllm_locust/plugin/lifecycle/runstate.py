@@ -14,7 +14,7 @@ from typing import Callable
 
 from locust.runners import MasterRunner, WorkerRunner
 
-from ..core.schema import MEASURED, PhaseChange
+from ...core.schema import MEASURED, PhaseChange
 
 STATE_MESSAGE = "vllm_locust_state"
 

@@ -18,7 +18,7 @@ import time
 
 import gevent
 
-from ..core.schema import CHUNKS_PER_S, CPU_PCT, LOOP_LAG_MS, SPAWN_TO_SEND_MS, ClientRow
+from ...core.schema import CHUNKS_PER_S, CPU_PCT, LOOP_LAG_MS, SPAWN_TO_SEND_MS, ClientRow
 
 TICK_S = 0.01  # 100 loop-lag observations a second: enough for a p99 per step, cheap to record
 SECOND_S = 1.0

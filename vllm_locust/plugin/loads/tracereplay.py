@@ -24,9 +24,9 @@ import time
 import gevent
 from locust.runners import MasterRunner, WorkerRunner
 
-from ..backend.client import ServerCheckError
-from ..core.arrivals import check_trace_speed, check_trace_times, trace_offsets
-from ..core.sources.records import column
+from ...backend.client import ServerCheckError
+from ...core.arrivals import check_trace_speed, check_trace_times, trace_offsets
+from ...core.sources.records import column
 
 logger = logging.getLogger(__name__)
 TRACE = "trace"  # the workload whose prompts carry send times (``core/sources/trace.py``)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from locust import LoadTestShape
 
-from ..core.arrivals import parse_rates
-from .options import as_bool, parse_steps
+from ...core.arrivals import parse_rates
+from ..options import as_bool, parse_steps
 from .tracereplay import is_trace
-from .vllm_plugin import VllmPlugin
-from ..core.schema import MEASURED, WARMUP
+from ..vllm_plugin import VllmPlugin
+from ...core.schema import MEASURED, WARMUP
 
 
 def _rate_count(text) -> int:

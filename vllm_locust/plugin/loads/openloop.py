@@ -21,8 +21,8 @@ import time
 
 from locust.runners import MasterRunner
 
-from ..core.arrivals import Segment, cumulative_weights, parse_rates, persona_offsets
-from . import locust_compat
+from ...core.arrivals import Segment, cumulative_weights, parse_rates, persona_offsets
+from .. import locust_compat
 from .pacer import Arrival, Pacer
 from .tracereplay import is_trace
 

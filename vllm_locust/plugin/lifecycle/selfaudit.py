@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from ..core.schema import LOOP_LAG_MS, MEASURED, ClientRow
+from ...core.schema import LOOP_LAG_MS, MEASURED, ClientRow
 from .audit import TICK_S, ClientAudit, in_processes, lag_advice
 
 logger = logging.getLogger(__name__)

@@ -34,11 +34,11 @@ import time
 from collections import deque
 from pathlib import Path
 
-from ..backend import scraper
-from ..core.hosts import normalize_host
-from ..backend.orphan import watch_parent
-from ..core.schema import METRICS_CSV, SERVER, VLLM
-from ..core.wholelines import AppendFile, describe
+from ...backend import scraper
+from ...core.hosts import normalize_host
+from ...backend.orphan import watch_parent
+from ...core.schema import METRICS_CSV, SERVER, VLLM
+from ...core.wholelines import AppendFile, describe
 
 HISTORY = 3600  # scrapes kept for the web UI (an hour at 1 s)
 STATUS_JSON, SERIES_CSV = "server-metrics.json", "server-metrics.csv"
@@ -210,7 +210,7 @@ class LiveMetrics:
         if samples_dir:
             samples_dir = os.path.abspath(samples_dir)  # the user's cwd decides, not the child's
             os.makedirs(samples_dir, exist_ok=True)
-        cmd = [sys.executable, "-m", "vllm_locust.plugin.live_metrics", self.url, "--interval", f"{interval_s:g}",
+        cmd = [sys.executable, "-m", "vllm_locust.plugin.webui.live_metrics", self.url, "--interval", f"{interval_s:g}",
                "--out-dir", os.path.abspath(self.dir), *(["--samples-dir", samples_dir] if samples_dir else [])]
         env = dict(os.environ, VLLM_LOCUST_METRICS_KEY=api_key)  # never on a command line
         # stdin: a pipe the child reads to EOF, which comes when this process dies, however it dies.

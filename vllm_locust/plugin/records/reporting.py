@@ -14,9 +14,9 @@ costs a tuple and the recorder one checked write per request.
 
 from __future__ import annotations
 
-from ..core.outcome import Outcome, RequestFailure
-from ..core.record import RequestInfo, RequestRecord
-from ..core.schema import E2E, MEASURED, TOOL_ARGS, TOOL_CALL, TPOT, TTFA, TTFR
+from ...core.outcome import Outcome, RequestFailure
+from ...core.record import RequestInfo, RequestRecord
+from ...core.schema import E2E, MEASURED, TOOL_ARGS, TOOL_CALL, TPOT, TTFA, TTFR
 
 # Stream events past the first token, fired once per request at its end: (metric, the record's
 # field, its field of tokens for ``response_length``). TOOL_ARGS only for a success: a stream

@@ -2,7 +2,7 @@
 
 Locust's modern UI takes extra tabs through ``template_args["extendedTabs"]`` and shows each as
 a table (``extendedTables``, rows from ``extendedStats`` in ``/stats/requests``): the tab's table
-holds the latest figures. Its live charts are a page of this package (``web/vllm_server.html``,
+holds the latest figures. Its live charts are a page of this package (``assets/vllm_server.html``,
 plain SVG, nothing fetched from outside), which a small script added to Locust's index page puts
 above that table when the tab is open; the page also works on its own at ``/vllm-server``.
 
@@ -27,14 +27,14 @@ import json
 from pathlib import Path
 
 from . import websecurity
-from ..backend.controls import reset_prefix_cache
+from ...backend.controls import reset_prefix_cache
 
 TAB_KEY = "vllm-server"
 TAB_TITLE = "vLLM server"
 TABLE = [{"key": "figure", "title": "vLLM figure"}, {"key": "value", "title": "latest"},
          {"key": "source", "title": "measured by"}]
-PAGE = Path(__file__).with_name("web") / "vllm_server.html"
-SCRIPT = Path(__file__).with_name("web") / "vllm_server_tab.js"
+PAGE = Path(__file__).with_name("assets") / "vllm_server.html"
+SCRIPT = Path(__file__).with_name("assets") / "vllm_server_tab.js"
 TAB_SCRIPT_TAG = '<script src="./vllm-server/tab.js"></script>'
 MARKER_BODY_BYTES = 4096
 MAX_LABEL_CHARS = 200

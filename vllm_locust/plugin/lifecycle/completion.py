@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..core.outcome import Outcome
-from ..core.schema import E2E
+from ...core.outcome import Outcome
+from ...core.schema import E2E
 
 KINDS = frozenset(kind.value for kind in Outcome)
 MAX_COUNT = 1 << 40  # a worker's report is not trusted with more

@@ -22,7 +22,7 @@ import gevent
 import gevent.event
 from locust.runners import MasterRunner, WorkerRunner
 
-from ..backend.client import ServerCheckError
+from ...backend.client import ServerCheckError
 
 logger = logging.getLogger(__name__)
 BUILT_MESSAGE = "vllm_locust_built"  # worker -> master: {"run_id", "failed", "why"}

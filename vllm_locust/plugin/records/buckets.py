@@ -24,8 +24,8 @@ import locust.log
 import locust.stats
 from locust.exception import InterruptTaskSet, RescheduleTask, RescheduleTaskImmediately, StopTest, StopUser
 
-from ..core.schema import E2E
-from . import locust_compat
+from ...core.schema import E2E
+from .. import locust_compat
 
 SIGNIFICANT_DIGITS = 3  # buckets of 0.1 to 1 percent of their value: 900 keys per decade at most
 

@@ -118,7 +118,7 @@ def settle_channel(parser) -> None:
     def parse_known_args(*args, **kwargs):
         options, rest = parse(*args, **kwargs)
         settle_options(options)
-        from . import locust_compat
+        from .. import locust_compat
 
         locust_compat.install(str(getattr(options, TOKEN_OPTION, "") or ""))
         return options, rest

@@ -36,12 +36,12 @@ import gevent.event
 from operator import attrgetter
 from pathlib import Path
 
-from .outbox import ForwardFile, Outbox
-from ..core.csvsafe import inert_row
-from ..core.memo import BoundedMemo, typed_key
-from ..core.record import RequestRecord
-from ..core.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
-from ..core.wholelines import AppendFile, describe
+from ..distributed.outbox import ForwardFile, Outbox
+from ...core.csvsafe import inert_row
+from ...core.memo import BoundedMemo, typed_key
+from ...core.record import RequestRecord
+from ...core.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
+from ...core.wholelines import AppendFile, describe
 
 SAMPLE_COLUMNS = names_of(SampleRow)
 REQUEST_COLUMNS = names_of(RequestRow)

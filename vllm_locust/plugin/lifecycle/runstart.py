@@ -12,11 +12,11 @@ import time
 
 import gevent
 
-from ..backend.client import ServerCheckError, require_host, resolve_model
-from ..backend.modelfit import fits_model
-from ..core.hosts import normalize_host
-from ..core.schema import MEASURED, WARMUP, load_record_file
-from .webform import option_errors
+from ...backend.client import ServerCheckError, require_host, resolve_model
+from ...backend.modelfit import fits_model
+from ...core.hosts import normalize_host
+from ...core.schema import MEASURED, WARMUP, load_record_file
+from ..webui.webform import option_errors
 
 
 class StartTimeout(Exception):

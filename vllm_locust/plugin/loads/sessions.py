@@ -14,9 +14,9 @@ import logging
 import weakref
 import zlib
 
-from ..core import sources
-from ..core.session import THINK_DISTS, Session
-from .context import LoadContext
+from ...core import sources
+from ...core.session import THINK_DISTS, Session
+from ..context import LoadContext
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import time
 import gevent
 from locust.runners import MasterRunner, WorkerRunner
 
-from ..core.client_window import ClientSeries, ClientWindow
+from ...core.client_window import ClientSeries, ClientWindow
 from .live_metrics import LiveMetrics
 
 logger = logging.getLogger(__name__)

@@ -16,14 +16,14 @@ import time
 import gevent
 from locust.runners import MasterRunner, WorkerRunner
 
-from ..core.client_window import REPORT_KEY
+from ...core.client_window import REPORT_KEY
 from .channel import ROWS_PER_REPORT_CHARS
-from ..core.versions import versions
-from ..core.wholelines import describe as describe_write_error
+from ...core.versions import versions
+from ...core.wholelines import describe as describe_write_error
 from .outbox import REPORT_KEY as ROWS_KEY
 from .outbox import write_received
 from .roster import WorkerRoster, worker_info
-from .websecurity import is_loopback
+from ..webui.websecurity import is_loopback
 
 logger = logging.getLogger(__name__)
 FLUSHED_MESSAGE = "vllm_locust_flushed"  # worker -> master: my users stopped, my last stats are sent
