@@ -9,7 +9,7 @@ the same (README: "Use it from your own locustfile").
 """
 
 from vllm_locust.plugin import user
-from vllm_locust.plugin.shapes import ConcurrencySteps  # noqa: F401  (used only when --steps is set)
+from vllm_locust.plugin.loads.shapes import ConcurrencySteps  # noqa: F401  (used only when --steps is set)
 
 
 class ChatStreamUser(user.ChatStreamUser):

@@ -12,7 +12,7 @@ import time
 
 import zmq
 
-from vllm_locust.plugin import channel
+from vllm_locust.plugin.distributed import channel
 
 
 def megabytes_per_s(keys: channel.ChannelKeys | None, messages: int, size: int = 1 << 20) -> float:

@@ -227,7 +227,7 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
            "client CPU us/request": round(cpu_between(start, end) / max(served, 1) * 1e6),
            "client CPU %": round(100 * cpu_between(start, end) / span) if span > 0 else 0}
     if client == "suite" and LAGS:
-        from vllm_locust.plugin.selfaudit import implied_lateness_ms
+        from vllm_locust.plugin.lifecycle.selfaudit import implied_lateness_ms
 
         row["loop lag p99 ms"] = round(float(np.percentile(LAGS, 99)), 2)
         row["lag-implied p95 ms"] = round(implied_lateness_ms(LAGS, 0.95), 2)

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit  # noqa: E402
 import gevent  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from vllm_locust.plugin.websecurity import is_loopback  # noqa: E402  (no Locust loaded)
+from vllm_locust.plugin.webui.websecurity import is_loopback  # noqa: E402  (no Locust loaded)
 
 LAST_CHUNK = b"\r\n0\r\n\r\n"  # the chunked body's end: the previous chunk's CRLF, size 0, CRLF
 

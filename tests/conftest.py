@@ -8,6 +8,8 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import itertools
+import os
 import socket
 import sys
 import threading
@@ -33,10 +35,27 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(parts[1])
 
 
+# Ports for the servers tests start: each shard of a parallel run (tests/run.sh sets TEST_SHARD)
+# draws from a block of its own, below the kernel's ephemeral range (32768 up), and never hands out
+# one port twice. A port the kernel picked (bind to 0) and released may be handed to the next bind(0)
+# of any process, so two shards' tests could both have been told it was free.
+_PORT_BLOCK = 1500
+_port_counter = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, from this shard's block (20000 + 1500 * shard)."""
+    shard = os.environ.get("TEST_SHARD", "0")
+    start = 20000 + _PORT_BLOCK * (int(shard) % 8 if shard.isdigit() else 0)
+    for _ in range(_PORT_BLOCK):
+        port = start + next(_port_counter) % _PORT_BLOCK
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {start}-{start + _PORT_BLOCK - 1}")
 
 
 def processes(n: int) -> list[str]:
@@ -157,10 +176,22 @@ def run_locust(*args: str, timeout: int = 180, locustfile: Path | None = None):
     """Real ``locust`` on the project's locustfile (or ``locustfile``) with ``args``, from the
     repository root: the completed process (its summary and log on stderr). The one way the e2e
     tests start Locust in its own process."""
+    import signal
     import subprocess
 
     cmd = [sys.executable, "-m", "locust", "-f", str(locustfile or ROOT / "locustfile.py"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    # Its own process group: a run that outlives ``timeout`` is stopped with every process it
+    # forked (--processes), and the error carries what it had written by then.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as late:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        late.add_note(f"locust's last output before it was stopped:\n{stderr[-4000:]}")
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def headless(host: str, out: Path | None, *args: str, timeout: int = 180):

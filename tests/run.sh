@@ -4,13 +4,15 @@
 # launch/install_browser.sh), integration (real vLLM CPU).
 # Integration tests may not be skipped here.
 #
-#   bash tests/run.sh          # every tier: what .ci/run runs
+#   bash tests/run.sh          # every tier: what .ci/run runs, in TEST_SHARDS (default 3) pytest
+#                              # processes side by side, balanced by file (tests/parallel.py)
 #   bash tests/run.sh --fast   # the unit tier: no vLLM install, no browser, under 3 minutes here
 #   bash tests/run.sh --latest # the contract tests against the newest releases of the packages whose
 #                              # internals the suite touches, in a throwaway venv (not in .ci/run:
 #                              # it needs the network, and says what a new release broke)
 #
-# Other arguments go to pytest (bash tests/run.sh --fast -k workloads).
+# Other arguments go to pytest (bash tests/run.sh --fast -k workloads); the full run with test paths
+# among them (bash tests/run.sh tests/e2e/test_personas.py) is one pytest process on those paths.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--fast" ]]; then
@@ -36,4 +38,7 @@ fi
 bash launch/setup.sh
 bash launch/install_browser.sh
 export REQUIRE_INTEGRATION=1
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+for arg in "$@"; do
+  [[ "$arg" == tests* && -e "${arg%%::*}" ]] && exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+done
+exec .venv/bin/python tests/parallel.py "$@"

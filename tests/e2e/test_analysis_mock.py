@@ -9,6 +9,9 @@ import pytest
 
 from tests.conftest import fake_servers, start_fake_server
 
+# Run alone (tests/parallel.py): the client's timing against an exact-timing mock, to the millisecond.
+pytestmark = pytest.mark.timing
+
 ROOT = Path(__file__).resolve().parents[2]
 LOAD = ["--", "--max-tokens", "10", "--prompt-tokens", "32", "--prompt-pool", "8"]
 

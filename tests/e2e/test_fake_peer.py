@@ -24,7 +24,7 @@ from locust.rpc import Message
 
 from tests.conftest import free_port, start_fake_server
 from vllm_locust.core.schema import SampleRow, names_of
-from vllm_locust.plugin.channel import keys_from_token, secure_client
+from vllm_locust.plugin.distributed.channel import keys_from_token, secure_client
 from tests.e2e.test_secrets_and_bad_input import LOAD, ROOT
 
 RUN, TOKEN = "peers", "tok-0123456789-shared"

@@ -10,7 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import processes as processes_args, start_fake_server
+from tests.conftest import free_port, processes as processes_args, start_fake_server
+
+# Run alone (tests/parallel.py): the client's timing against an exact-timing mock, to the millisecond.
+pytestmark = pytest.mark.timing
 
 ROOT = Path(__file__).resolve().parents[2]
 LOAD = ["--max-tokens", "10", "--prompt-tokens", "32", "--prompt-pool", "8", "--burstiness", "inf"]
@@ -170,15 +173,12 @@ def test_a_linear_rate_ramp_sends_the_integral_of_its_rate(tmp_path):
 
 
 def test_a_web_ui_run_at_a_request_rate(tmp_path):
-    import socket
     import time
 
     import requests as http
 
     server = start_fake_server()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ui = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
                            "--web-host", "127.0.0.1", "--web-port", str(port), "--samples-dir", str(tmp_path)],
                           cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

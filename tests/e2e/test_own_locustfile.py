@@ -77,9 +77,9 @@ def test_a_forgotten_host_is_one_line_and_exit_2(tmp_path):
 
 def test_the_scraper_child_does_not_load_locust():
     """Seen: the web UI's server charts stayed empty once importing the plugin package loaded
-    Locust, because the /metrics scraper child (``python -m vllm_locust.plugin.live_metrics``) then
+    Locust, because the /metrics scraper child (``python -m vllm_locust.plugin.webui.live_metrics``) then
     did too (gevent's patching after ssl). Only the user class attaches the suite."""
-    code = "import sys, vllm_locust.plugin.live_metrics; print('locust' in sys.modules)"
+    code = "import sys, vllm_locust.plugin.webui.live_metrics; print('locust' in sys.modules)"
     proc = subprocess.run([str(PYTHON), "-c", code], capture_output=True, text=True, timeout=60, env=user_env())
     assert proc.stdout.strip() == "False", proc.stdout + proc.stderr[-2000:]
 
@@ -99,8 +99,8 @@ def test_pip_install_dot_builds_a_wheel_with_the_web_files_and_the_commands(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     wheel = next((tmp_path / "dist").glob("vllm_locust-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for path in ("vllm_locust/plugin/user.py", "vllm_locust/plugin/web/vllm_server.html",
-                 "vllm_locust/plugin/web/vllm_server_tab.js", "analysis/__main__.py", "launch/sweep.py",
+    for path in ("vllm_locust/plugin/user.py", "vllm_locust/plugin/webui/assets/vllm_server.html",
+                 "vllm_locust/plugin/webui/assets/vllm_server_tab.js", "analysis/__main__.py", "launch/sweep.py",
                  "launch/serve.sh", "launch/lib.sh"):
         assert path in names, f"{path} is not in the wheel"
     assert not any(n.startswith("tests/") for n in names), "the tests are not part of the package"

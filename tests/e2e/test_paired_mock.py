@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import fake_servers, start_fake_server, run_locust
 
+# Run alone (tests/parallel.py): the client's timing against an exact-timing mock, to the millisecond.
+pytestmark = pytest.mark.timing
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -32,7 +32,7 @@ from locust.rpc import Message
 from tests.conftest import free_port, start_fake_server
 from tests.e2e.test_fake_peer import first_rows, locust_stats, reap, sample_rows
 from tests.e2e.test_secrets_and_bad_input import LOAD, ROOT, listening_addresses
-from vllm_locust.plugin import channel
+from vllm_locust.plugin.distributed import channel
 
 TOKEN = "rogue-test-token-5f1c9e0a7b2d4e6f8a1c3e5b7d9f0a2c"
 RUN = "rogue"

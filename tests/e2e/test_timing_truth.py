@@ -8,6 +8,9 @@ import pytest
 from tests.unit.test_user import ITL_MS, TTFT_MS, by_name, make_env
 from vllm_locust.plugin.user import ChatStreamUser
 
+# Run alone (tests/parallel.py): the client's timing against an exact-timing mock, to the millisecond.
+pytestmark = pytest.mark.timing
+
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_ttft_and_every_itl_within_1ms_of_server_truth(fake_server, tmp_path, endpoint):

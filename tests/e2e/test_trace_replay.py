@@ -17,6 +17,9 @@ import pytest
 
 from tests.conftest import processes as processes_args, start_fake_server, run_locust
 
+# Run alone (tests/parallel.py): the client's timing against an exact-timing mock, to the millisecond.
+pytestmark = pytest.mark.timing
+
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 16  # --trace-block-tokens: small prompts
 TIMES_MS = [0, 90, 150, 300, 420, 500, 700, 800, 950, 1100, 1300, 1500]

@@ -10,7 +10,6 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests as http
 
-from tests.conftest import processes, start_fake_server
+from tests.conftest import free_port, processes, start_fake_server
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -78,9 +77,7 @@ def test_the_vllm_server_tab_in_a_real_browser(tmp_path):
 
     server = start_fake_server()
     server.configure(ttft_ms=30, itl_ms=5, tokens=40)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     samples = tmp_path / "ui-run"
     ui = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
                            "--web-host", "127.0.0.1", "--web-port", str(port), *processes(2),

@@ -84,3 +84,10 @@ def run_locust(host: str, out: Path, *args: str, timeout: int = 240) -> subproce
            "--csv", str(out / "locust"), "--samples-dir", str(out), "--prompt-cache-dir", str(out / "cache"),
            "--only-summary", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def launch(script: str, *args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    """``bash launch/SCRIPT ARGS`` from the repository, as a user runs it; ``env`` added to ours."""
+    full = dict(os.environ, **(env or {}))
+    return subprocess.run(["bash", str(ROOT / "launch" / script), *args], capture_output=True, text=True,
+                          env=full, timeout=timeout, cwd=ROOT)

@@ -37,7 +37,7 @@ def no_global_patch_outlives_its_test():
     hidden = _web_ui_hidden()
     hidden_before = set(hidden) if hidden is not None else set()
     yield
-    buckets = sys.modules.get("vllm_locust.plugin.buckets")
+    buckets = sys.modules.get("vllm_locust.plugin.records.buckets")
     if buckets is not None:
         buckets.uninstall()
     hidden = _web_ui_hidden()

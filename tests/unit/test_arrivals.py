@@ -11,7 +11,7 @@ import pytest
 
 from vllm_locust.core.arrivals import (Segment, cumulative_weights, offsets, parse_rates, persona_of,
                                       persona_offsets)
-from vllm_locust.plugin.pacer import Pacer
+from vllm_locust.plugin.loads.pacer import Pacer
 
 
 def gaps(rate, burstiness, n=20000, seed=3):

@@ -9,8 +9,8 @@ import gevent
 import locust.stats
 import pytest
 
-from vllm_locust.plugin import buckets
-from vllm_locust.plugin.audit import ClientAudit, cpu_pct, overshoot_ms
+from vllm_locust.plugin.records import buckets
+from vllm_locust.plugin.lifecycle.audit import ClientAudit, cpu_pct, overshoot_ms
 from vllm_locust.core.schema import CPU_PCT, LOOP_LAG_MS, MEASURED, SPAWN_TO_SEND_MS
 
 
@@ -77,7 +77,7 @@ def test_locusts_total_counts_requests_not_samples():
     from locust.env import Environment
     from locust.event import Events
 
-    from vllm_locust.plugin.buckets import requests_only_total
+    from vllm_locust.plugin.records.buckets import requests_only_total
 
     env = Environment(events=Events())
     runner = env.create_local_runner()
@@ -148,7 +148,7 @@ def test_the_loop_lag_advice_depends_on_what_is_in_use(caplog, processes, worker
     from locust.runners import WorkerRunner
 
     from vllm_locust.core.schema import LOOP_LAG_MS, MEASURED, ClientRow
-    from vllm_locust.plugin.selfaudit import SelfAudit
+    from vllm_locust.plugin.lifecycle.selfaudit import SelfAudit
 
     class Worker(WorkerRunner):  # a worker's runner, without a master to connect to
         def __init__(self):
@@ -163,7 +163,7 @@ def test_the_loop_lag_advice_depends_on_what_is_in_use(caplog, processes, worker
     audit = SelfAudit(environment, "host-1", run=None, write=lambda row: None)  # the warning alone
     for lag_ms in [0.5] * 90 + [30.0] * 10:
         audit.client_row(ClientRow("r", "host-1", 0.0, MEASURED, 1, 0, LOOP_LAG_MS, lag_ms))
-    with caplog.at_level("WARNING", logger="vllm_locust.plugin.selfaudit"):
+    with caplog.at_level("WARNING", logger="vllm_locust.plugin.lifecycle.selfaudit"):
         audit.warn_if_late()
     [line] = [r.getMessage() for r in caplog.records]
     assert "client fell behind" in line and advice in line, line

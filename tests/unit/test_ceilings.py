@@ -12,7 +12,7 @@ from vllm_locust.core.sources.records import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKEN
 from vllm_locust.core.sources.tracefiles import read_trace
 from vllm_locust.core.workloads import WorkloadSpec
 from vllm_locust.plugin.options import defaults
-from vllm_locust.plugin.webform import option_errors
+from vllm_locust.plugin.webui.webform import option_errors
 
 
 @pytest.mark.parametrize("field, flag", [("prompt_tokens", "--prompt-tokens"), ("long_prompt_tokens", "--long-prompt-tokens"),

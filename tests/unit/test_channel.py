@@ -16,7 +16,9 @@ import zmq.green as zmq
 from locust.rpc import Message
 from locust.stats import RequestStats, StatsEntryDict, StatsErrorDict
 
-from vllm_locust.plugin import channel, locust_compat
+from vllm_locust.plugin.distributed import channel
+
+from vllm_locust.plugin import locust_compat
 from vllm_locust.plugin.locust_compat import read_from_peer
 
 
@@ -223,7 +225,7 @@ def test_a_worker_with_another_token_is_told_so_once(secured, caplog):
 
 def test_a_workers_rows_go_in_reports_under_the_cap_in_order():
     """A legitimate worker never sends a message the master's cap would end its connection for."""
-    from vllm_locust.plugin.outbox import ForwardFile, Outbox
+    from vllm_locust.plugin.distributed.outbox import ForwardFile, Outbox
 
     box = Outbox()
     a, b = ForwardFile(box, "a.csv"), ForwardFile(box, "b.csv")

@@ -17,7 +17,7 @@ from vllm_locust.core.sources.records import TEXT, Prompt
 from vllm_locust.core.stream import StreamResult, consume
 from vllm_locust.core.workloads import WorkloadSpec, build_workload, load_or_build
 from vllm_locust.plugin.options import defaults
-from vllm_locust.plugin.sessions import plays_sessions, session_option_errors
+from vllm_locust.plugin.loads.sessions import plays_sessions, session_option_errors
 
 from .test_user import make_env, read_csv
 

@@ -15,7 +15,7 @@ import locust.stats
 import pytest
 from locust.env import Environment
 
-from vllm_locust.plugin import csvwriter
+from vllm_locust.plugin.records import csvwriter
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from vllm_locust.backend.streamclient import ErrorStatus
 from vllm_locust.backend.wire import WireClock
 from vllm_locust.core.outcome import Failure, Outcome
 from vllm_locust.core.record import Labels, RequestInfo
-from vllm_locust.plugin.reporting import RequestReport
+from vllm_locust.plugin.records.reporting import RequestReport
 from vllm_locust.core.schema import E2E
 from vllm_locust.core.stream import StreamError
 from vllm_locust.mock.server import EMBEDDING_DIM, start_in_thread

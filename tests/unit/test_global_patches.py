@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import locust.stats
 
-from vllm_locust.plugin import buckets, locust_compat
+from vllm_locust.plugin.records import buckets
+
+from vllm_locust.plugin import locust_compat
 
 
 def test_a_test_that_patches_and_forgets():

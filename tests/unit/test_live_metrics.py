@@ -8,7 +8,7 @@ import pytest
 from locust.env import Environment
 from locust.event import Events
 
-from vllm_locust.plugin.live_metrics import LiveMetrics, derive, totals
+from vllm_locust.plugin.webui.live_metrics import LiveMetrics, derive, totals
 from vllm_locust.mock.server import start_in_thread
 from vllm_locust.plugin.options import defaults
 from vllm_locust.plugin.vllm_plugin import VllmPlugin
@@ -129,7 +129,7 @@ def test_the_mock_servers_metrics_move_with_its_streams():
 
 def test_gauges_that_read_zero_while_tokens_flow_are_called_unmeasured(monkeypatch):
     """vLLM's CPU build: running/waiting/KV cache read 0 under load; the tab must not draw that as true."""
-    from vllm_locust.plugin import live_metrics
+    from vllm_locust.plugin.webui import live_metrics
 
     texts = iter(f'vllm:num_requests_running{{model_name="m"}} 0\nvllm:generation_tokens_total{{model_name="m"}} {100 * i}\n'
                  for i in range(20))

@@ -18,7 +18,9 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerNode
 
-from vllm_locust.plugin import buckets, locust_compat
+from vllm_locust.plugin.records import buckets
+
+from vllm_locust.plugin import locust_compat
 
 
 @pytest.fixture

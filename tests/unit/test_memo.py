@@ -1,7 +1,7 @@
 """The memos the request path keeps (``core.memo``): bounded, and typed where equal values differ."""
 
 from vllm_locust.core.memo import BoundedMemo, typed_key
-from vllm_locust.plugin.recorder import _KEPT_FIELDS
+from vllm_locust.plugin.records.recorder import _KEPT_FIELDS
 
 
 def test_bounded_memo_clears_whole_when_full_and_keeps_the_new_entry():

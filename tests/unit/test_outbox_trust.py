@@ -22,7 +22,7 @@ from locust.rpc import Message
 from locust.runners import WorkerNode
 
 from vllm_locust.plugin.options import defaults
-from vllm_locust.plugin.outbox import REPORT_KEY as ROWS_KEY
+from vllm_locust.plugin.distributed.outbox import REPORT_KEY as ROWS_KEY
 from vllm_locust.plugin.vllm_plugin import HELLO_MESSAGE, VllmPlugin
 from vllm_locust.core.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
 

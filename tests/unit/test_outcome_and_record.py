@@ -9,7 +9,7 @@ import pytest
 from vllm_locust.core.outcome import Failure, Outcome, kind_of_message
 from vllm_locust.core.record import Labels, RequestInfo, RequestRecord
 from vllm_locust.core.schema import INTERRUPTED, REQUEST, SAMPLE, RequestRow, names_of
-from vllm_locust.plugin.recorder import SampleRecorder
+from vllm_locust.plugin.records.recorder import SampleRecorder
 
 from .test_user import make_env, read_csv, run_requests
 from tests.records import request_row
@@ -161,7 +161,7 @@ def test_the_kind_is_decided_by_the_exception_not_its_text():
 
 
 def test_the_master_adds_up_workers_failure_kinds_and_trusts_only_counts():
-    from vllm_locust.plugin.completion import FailureKinds
+    from vllm_locust.plugin.lifecycle.completion import FailureKinds
 
     worker, master = FailureKinds(), FailureKinds()
     worker.add(Outcome.HTTP_5XX)

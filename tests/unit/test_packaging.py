@@ -33,7 +33,7 @@ def test_pyproject_builds_the_package_with_its_commands():
     for package in ("vllm_locust*", "analysis*", "launch*"):
         assert package in found, f"{package} is not in the distribution"
     data = project["tool"]["setuptools"]["package-data"]
-    assert "web/*" in data["vllm_locust.plugin"], "the web UI tab's files are not package data"
+    assert "assets/*" in data["vllm_locust.plugin.webui"], "the web UI tab's files are not package data"
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -115,7 +115,7 @@ def test_steps_work_from_a_locustfile_that_did_not_import_the_shape():
     """The steps shape comes with ``--steps`` whether or not the locustfile imported it."""
     from vllm_locust.plugin import attach
     from vllm_locust.plugin.options import defaults
-    from vllm_locust.plugin.shapes import ConcurrencySteps
+    from vllm_locust.plugin.loads.shapes import ConcurrencySteps
 
     events = Events()
     attach.register(events)

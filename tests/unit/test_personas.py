@@ -17,7 +17,7 @@ from vllm_locust.plugin import personas as plugin_personas
 from vllm_locust.plugin.context import context_key
 from vllm_locust.plugin.options import defaults
 from vllm_locust.plugin.personas import OptionsView, PersonaStart, install, load, persona_classes
-from vllm_locust.plugin.recorder import SampleRecorder
+from vllm_locust.plugin.records.recorder import SampleRecorder
 from vllm_locust.plugin.user import ChatStreamUser
 from vllm_locust.plugin.vllm_plugin import VllmPlugin
 

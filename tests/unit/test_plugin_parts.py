@@ -61,7 +61,7 @@ def plugin_attributes(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", ["user.py", "shapes.py"])
+@pytest.mark.parametrize("module", ["user.py", "loads/shapes.py"])
 def test_the_user_and_the_shape_use_the_plugins_parts(module):
     used = plugin_attributes(PACKAGE / "plugin" / module)
     parts = set(getattr(VllmPlugin, "PARTS", ())) | {"clients", "refusals", "workload", "worker_id"}
@@ -97,7 +97,7 @@ def web_env(shaped: bool) -> Environment:
 
     from locust.argument_parser import parse_options
 
-    from vllm_locust.plugin.shapes import ConcurrencySteps
+    from vllm_locust.plugin.loads.shapes import ConcurrencySteps
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -129,7 +129,8 @@ def test_the_web_form_hides_the_steps_only_where_no_shape_runs(suite_options_in_
 def test_one_versions_function_for_the_load_record_and_the_sweep():
     from launch import sweep
     from vllm_locust.core import versions
-    from vllm_locust.plugin import distribution, loadrecord
+    from vllm_locust.plugin.distributed import distribution
+    from vllm_locust.plugin.records import loadrecord
 
     assert sweep.versions is versions.versions and loadrecord.versions is versions.versions
     assert distribution.versions is versions.versions, "a worker's hello too"

@@ -6,7 +6,7 @@ import openai
 from vllm_locust.backend.client import api_base, describe_error, server_message
 import pytest
 
-from vllm_locust.plugin.recorder import REQUEST_COLUMNS, SAMPLE_COLUMNS, SampleRecorder
+from vllm_locust.plugin.records.recorder import REQUEST_COLUMNS, SAMPLE_COLUMNS, SampleRecorder
 from vllm_locust.core.schema import SampleRow
 from vllm_locust.core.stream import StreamError
 from tests.records import make_record, sample_rows
@@ -72,7 +72,7 @@ def test_a_failed_requests_time_stays_out_of_locusts_percentiles():
     from locust.event import Events
 
     from vllm_locust.core.record import Labels, RequestInfo
-    from vllm_locust.plugin.reporting import RequestReport
+    from vllm_locust.plugin.records.reporting import RequestReport
 
     env = Environment(events=Events())
     env.create_local_runner()
@@ -110,7 +110,7 @@ def test_rows_wait_at_most_flush_every_s_and_the_stop_writes_the_rest(tmp_path, 
     import dataclasses
 
     from vllm_locust.core.schema import ClientRow
-    from vllm_locust.plugin import recorder as recorder_module
+    from vllm_locust.plugin.records import recorder as recorder_module
 
     from .test_outcome_and_record import record
 
@@ -141,7 +141,7 @@ def test_rows_wait_at_most_flush_every_s_and_the_stop_writes_the_rest(tmp_path, 
 
 def test_the_lag_warning_reports_the_lateness_the_time_stalled_implies():
     """Only the share of time spent stalled moves a percentile (``selfaudit.implied_lateness_ms``)."""
-    from vllm_locust.plugin.selfaudit import implied_lateness_ms
+    from vllm_locust.plugin.lifecycle.selfaudit import implied_lateness_ms
 
     assert implied_lateness_ms([0.0] * 100, 0.99) == 0.0
     # One 30 ms stall in 100 ticks of 10 ms: 1,030 ms of wall time, a stamp is late by more than e
@@ -249,7 +249,7 @@ def _counting_idle_formatter(tmp_path, monkeypatch):
     """A recorder formatting when idle, and the list its idle moments (``gevent.idle`` calls) go to."""
     import gevent
 
-    from vllm_locust.plugin import recorder as recorder_module
+    from vllm_locust.plugin.records import recorder as recorder_module
 
     idles = []
     real_idle = gevent.idle
@@ -261,7 +261,7 @@ def _counting_idle_formatter(tmp_path, monkeypatch):
 
 def test_records_that_end_together_are_formatted_in_one_idle_moment(tmp_path, monkeypatch):
     """Woken per record, the formatter took two trips through the loop per request (issue 25)."""
-    from vllm_locust.plugin import recorder as recorder_module
+    from vllm_locust.plugin.records import recorder as recorder_module
 
     rec, idles = _counting_idle_formatter(tmp_path, monkeypatch)
     for burst in range(3):
@@ -277,7 +277,7 @@ def test_records_that_end_together_are_formatted_in_one_idle_moment(tmp_path, mo
 
 
 def test_a_slice_stops_at_its_rows_and_the_next_idle_moment_goes_on(tmp_path, monkeypatch):
-    from vllm_locust.plugin import recorder as recorder_module
+    from vllm_locust.plugin.records import recorder as recorder_module
 
     per_record = len(_records(1)[0].samples) + 1
     monkeypatch.setattr(recorder_module, "SLICE_ROWS", 2 * per_record)
@@ -303,7 +303,7 @@ def test_the_stop_writes_records_that_never_saw_an_idle_loop(tmp_path):
 
 
 def test_a_loop_that_is_never_idle_keeps_at_most_pending_max_waiting(tmp_path):
-    from vllm_locust.plugin.recorder import PENDING_MAX
+    from vllm_locust.plugin.records.recorder import PENDING_MAX
 
     rec = SampleRecorder(tmp_path, "w")
     rec.format_when_idle()
@@ -349,7 +349,7 @@ def test_sample_rows_write_kept_fields_as_csv_writes_them():
     import io
 
     from vllm_locust.core.record import Labels, RequestInfo, RequestRecord
-    from vllm_locust.plugin.recorder import _KEPT_FIELDS, sample_text
+    from vllm_locust.plugin.records.recorder import _KEPT_FIELDS, sample_text
 
     def record(concurrency, rate, persona='p, "q"', request_id="w:1"):
         info = RequestInfo(Labels("r", "measured", concurrency, 1, rate), "w", request_id, "chat", 1000.0, 10.0, persona)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from vllm_locust.core.schema import load_record_file
-from vllm_locust.plugin.runstart import new_run_id
+from vllm_locust.plugin.lifecycle.runstart import new_run_id
 
 
 def test_a_second_run_in_the_same_second_gets_its_own_id(tmp_path):

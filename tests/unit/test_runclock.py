@@ -59,7 +59,7 @@ def test_a_timer_that_fires_early_waits_out_what_is_left_of_t():
 
     import gevent
 
-    from vllm_locust.plugin.runclock import RunClock
+    from vllm_locust.plugin.loads.runclock import RunClock
 
     quits: list[float] = []
     env = SimpleNamespace(parsed_options=None, shape_class=None, runner=SimpleNamespace(quit=lambda: quits.append(time.monotonic())))

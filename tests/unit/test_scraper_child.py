@@ -16,7 +16,7 @@ import pytest
 
 from vllm_locust.backend.controls import reset_prefix_cache
 from vllm_locust.core.hosts import normalize_host
-from vllm_locust.plugin.live_metrics import LiveMetrics, Scrapes
+from vllm_locust.plugin.webui.live_metrics import LiveMetrics, Scrapes
 from vllm_locust.mock.server import start_in_thread, start_process
 
 from .test_live_metrics import wait_for
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PARENTS = {
     "live_metrics": """
 import sys, time
-from vllm_locust.plugin.live_metrics import LiveMetrics
+from vllm_locust.plugin.webui.live_metrics import LiveMetrics
 live = LiveMetrics()
 live.start(sys.argv[1], 0.1, sys.argv[2])
 print(live._proc.pid, flush=True)

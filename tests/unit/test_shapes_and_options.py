@@ -4,7 +4,7 @@ import pytest
 
 from vllm_locust.plugin.options import defaults, parse_steps, workload_spec
 from vllm_locust.core.schema import MEASURED, WARMUP
-from vllm_locust.plugin.shapes import schedule_at
+from vllm_locust.plugin.loads.shapes import schedule_at
 
 
 def test_schedule_walks_steps_with_warmup_then_measured():
@@ -54,7 +54,7 @@ def test_one_request_rate_is_not_a_step_sequence():
     cap on requests in flight, -t the run time. Several rates, or --steps, are steps."""
     from argparse import Namespace
 
-    from vllm_locust.plugin.shapes import steps_note, wants_steps
+    from vllm_locust.plugin.loads.shapes import steps_note, wants_steps
 
     def opts(**kw):
         return Namespace(**{"steps": "", "request_rate": "", "num_users": None, "run_time": None, **kw})

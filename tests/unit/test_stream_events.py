@@ -14,7 +14,7 @@ import pytest
 from vllm_locust.backend.endpoints import endpoint, tools_error
 from vllm_locust.core.outcome import Failure, Outcome
 from vllm_locust.core.record import Labels, RequestInfo, RequestRecord
-from vllm_locust.plugin.reporting import RequestReport
+from vllm_locust.plugin.records.reporting import RequestReport
 from vllm_locust.core.schema import E2E, ITL, ITL_ANSWER, ITL_REASONING, TOOL_ARGS, TOOL_CALL, TTFA, TTFR, TTFT
 from vllm_locust.core.stream import StreamResult, consume, read_stream
 from tests.records import request_row, sample_rows

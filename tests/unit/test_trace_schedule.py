@@ -14,13 +14,13 @@ from locust.env import Environment
 from locust.event import Events
 
 from vllm_locust.core.arrivals import trace_offsets
-from vllm_locust.plugin.failures import RunFailures
-from vllm_locust.plugin.openloop import OpenLoop
+from vllm_locust.plugin.lifecycle.failures import RunFailures
+from vllm_locust.plugin.loads.openloop import OpenLoop
 from vllm_locust.plugin.options import defaults
-from vllm_locust.plugin.pacer import Pacer
-from vllm_locust.plugin.runstate import RunStateBroadcast
-from vllm_locust.plugin.shapes import wants_steps
-from vllm_locust.plugin.tracereplay import TraceReplay, trace_errors
+from vllm_locust.plugin.loads.pacer import Pacer
+from vllm_locust.plugin.lifecycle.runstate import RunStateBroadcast
+from vllm_locust.plugin.loads.shapes import wants_steps
+from vllm_locust.plugin.loads.tracereplay import TraceReplay, trace_errors
 
 TIMES = [0.0, 0.1, 0.1, 0.25, 0.4, 0.9, 1.3]
 
@@ -184,7 +184,7 @@ def test_one_process_replays_from_its_built_workload_and_stops_itself(caplog):
             arrival = open_loop.claim()
             got.append((arrival.k, arrival.intended_at_s))
 
-    with caplog.at_level(logging.INFO, logger="vllm_locust.plugin.tracereplay"):
+    with caplog.at_level(logging.INFO, logger="vllm_locust.plugin.loads.tracereplay"):
         users = [gevent.spawn(user) for _ in range(2)]
         gevent.sleep(1.5)
     gevent.killall(users)

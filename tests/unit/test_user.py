@@ -7,7 +7,7 @@ from locust.env import Environment
 from locust.event import Events
 
 from vllm_locust.plugin.options import defaults
-from vllm_locust.plugin.recorder import SampleRecorder
+from vllm_locust.plugin.records.recorder import SampleRecorder
 from vllm_locust.plugin.vllm_plugin import VllmPlugin
 from vllm_locust.core.schema import INTERRUPTED, WARMUP
 from vllm_locust.plugin.user import ChatStreamUser
@@ -406,7 +406,7 @@ def test_samples_reach_locusts_stats_the_same_with_and_without_other_listeners(f
     """With Locust's runner as the request event's only listener, a sample goes straight to its
     ``log_request`` (``buckets.sample_log``); the stats come out as when the event is fired. A
     listener added between requests gets every sample from the next request on."""
-    from vllm_locust.plugin.buckets import requests_only_total, sample_log
+    from vllm_locust.plugin.records.buckets import requests_only_total, sample_log
 
     fake_server.configure(ttft_ms=1, itl_ms=1)
     env, fired = make_env(fake_server.url, tmp_path, max_tokens=4)
@@ -455,7 +455,7 @@ def _direct_env():
     from locust.env import Environment
     from locust.event import Events
 
-    from vllm_locust.plugin.buckets import requests_only_total
+    from vllm_locust.plugin.records.buckets import requests_only_total
 
     env = Environment(events=Events())
     env.create_local_runner()
@@ -465,8 +465,8 @@ def _direct_env():
 
 def _report(env):
     from vllm_locust.core.record import Labels, RequestInfo
-    from vllm_locust.plugin.reporting import RequestReport
-    from vllm_locust.plugin.buckets import listener_failed, sample_log
+    from vllm_locust.plugin.records.reporting import RequestReport
+    from vllm_locust.plugin.records.buckets import listener_failed, sample_log
 
     info = RequestInfo(Labels("r", "measured", 1, None), "w", "w:1", "chat", 100.0, 100.0)
     return RequestReport(env, None, info, None, None, *sample_log(env), listener_failed)

@@ -18,7 +18,7 @@ from tests.conftest import recording_server
 from vllm_locust.mock.server import start_in_thread
 from vllm_locust.plugin.options import defaults
 from vllm_locust.plugin.vllm_plugin import VllmPlugin
-from vllm_locust.plugin.webtab import MARKER_BODY_BYTES, MAX_LABEL_CHARS, MAX_MARKERS, SHOWN_MARKERS
+from vllm_locust.plugin.webui.webtab import MARKER_BODY_BYTES, MAX_LABEL_CHARS, MAX_MARKERS, SHOWN_MARKERS
 
 EVIL = "http://evil.example"
 OWN = "http://localhost"  # the test client's Host is "localhost"
@@ -151,7 +151,7 @@ def test_a_refusal_is_logged_once_per_origin(web, caplog):
     _env, _plugin, client, _server = web
     for _ in range(3):
         assert client.post("/stop", headers={"Origin": "http://once.example"}).status_code == 403
-    lines = [r.getMessage() for r in caplog.records if r.name == "vllm_locust.plugin.websecurity"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "vllm_locust.plugin.webui.websecurity"]
     assert len(lines) == 1 and "POST /stop from 'http://once.example' refused" in lines[0], lines
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from vllm_locust.plugin.options import defaults
-from vllm_locust.plugin.webform import form_errors
+from vllm_locust.plugin.webui.webform import form_errors
 
 
 @pytest.mark.parametrize("form,shaped,message", [
@@ -40,7 +40,7 @@ def test_step_times_must_make_sense(values, flag):
 
 def test_a_run_of_no_time_is_refused():
     """Seen: ``-t 0s`` ran forever (Locust reads 0 as no limit)."""
-    from vllm_locust.plugin.webform import option_errors
+    from vllm_locust.plugin.webui.webform import option_errors
 
     def with_run_time(t):
         ns = defaults()

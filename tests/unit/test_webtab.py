@@ -11,7 +11,7 @@ from vllm_locust.backend.controls import NOT_ALLOWED, reset_prefix_cache
 from vllm_locust.mock.server import start_in_thread
 from vllm_locust.plugin.options import defaults
 from vllm_locust.plugin.vllm_plugin import VllmPlugin
-from vllm_locust.plugin.webtab import TAB_KEY, TAB_SCRIPT_TAG, table_rows
+from vllm_locust.plugin.webui.webtab import TAB_KEY, TAB_SCRIPT_TAG, table_rows
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
 
-from vllm_locust.plugin import workerbuild
-from vllm_locust.plugin.workerbuild import BUILT_MESSAGE, GO_MESSAGE, BuildGate
+from vllm_locust.plugin.distributed import workerbuild
+from vllm_locust.plugin.distributed.workerbuild import BUILT_MESSAGE, GO_MESSAGE, BuildGate
 
 RUN = "20261206-210000"
 

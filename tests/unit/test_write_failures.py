@@ -17,12 +17,12 @@ from locust.rpc import Message
 from locust.runners import WorkerNode
 
 from vllm_locust.core import wholelines
-from vllm_locust.plugin.live_metrics import LiveMetrics
+from vllm_locust.plugin.webui.live_metrics import LiveMetrics
 from vllm_locust.mock.server import start_in_thread
 from vllm_locust.plugin.options import defaults
-from vllm_locust.plugin.outbox import REPORT_KEY as ROWS_KEY
+from vllm_locust.plugin.distributed.outbox import REPORT_KEY as ROWS_KEY
 from vllm_locust.plugin.vllm_plugin import HELLO_MESSAGE, VllmPlugin
-from vllm_locust.plugin.recorder import SampleRecorder
+from vllm_locust.plugin.records.recorder import SampleRecorder
 
 from tests.records import make_record, write_records
 
@@ -130,7 +130,7 @@ def test_the_master_stops_the_run_once_when_its_workers_rows_cannot_be_written(t
         def full(*_args):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr("vllm_locust.plugin.distribution.write_received", full)
+        monkeypatch.setattr("vllm_locust.plugin.distributed.distribution.write_received", full)
         with caplog.at_level(logging.ERROR):
             for _ in range(3):
                 plugin.master.on_worker_report("worker-1", {ROWS_KEY: {"samples-r-w.csv": "a\n"}})
