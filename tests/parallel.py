@@ -175,7 +175,7 @@ def run(shards: int, pytest_args: list[str]) -> int:
 
 def main() -> None:
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    cli.add_argument("--shards", type=int, default=int(os.environ.get("TEST_SHARDS", "3")))
+    cli.add_argument("--shards", type=int, default=int(os.environ.get("TEST_SHARDS", "1")))
     cli.add_argument("--weigh", nargs="+", metavar="LOG", help="print file_seconds.json from these logs")
     cli.add_argument("--plan", action="store_true", help="print the shards' files and exit")
     args, pytest_args = cli.parse_known_args()

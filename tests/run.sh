@@ -4,8 +4,8 @@
 # launch/install_browser.sh), integration (real vLLM CPU).
 # Integration tests may not be skipped here.
 #
-#   bash tests/run.sh          # every tier: what .ci/run runs, in TEST_SHARDS (default 3) pytest
-#                              # processes side by side, balanced by file (tests/parallel.py)
+#   bash tests/run.sh          # every tier: what .ci/run runs (tests/parallel.py: the timing files
+#                              # last; TEST_SHARDS=3 runs the rest in three processes side by side)
 #   bash tests/run.sh --fast   # the unit tier: no vLLM install, no browser, under 3 minutes here
 #   bash tests/run.sh --latest # the contract tests against the newest releases of the packages whose
 #                              # internals the suite touches, in a throwaway venv (not in .ci/run:

@@ -27,9 +27,9 @@ def locust(server, out: Path, *args: str, seconds: int = 5) -> subprocess.Comple
     return headless(server.url, out, "-t", f"{seconds}s", *args)
 
 
-def rows(out: Path) -> pd.DataFrame:
+def rows(out: Path, proc=None) -> pd.DataFrame:
     files = glob.glob(str(out / "requests-*.csv"))
-    assert files, f"no request rows in {out}"
+    assert files, f"no request rows in {out}" + (f"; Locust's log:\n{proc.stderr[-4000:]}" if proc else "")
     return pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
 
 
@@ -58,7 +58,7 @@ def test_sharegpt_sends_first_turns_with_their_reply_lengths_from_two_processes(
         assert "followup" not in messages[0]["content"]
         assert record["body"]["max_tokens"] == 4 + i, "the first reply's length by the server's tokenizer"
     assert len({r["body"]["messages"][0]["content"] for r in sent}) == len(sent), "every request tagged unique"
-    table = rows(out)
+    table = rows(out, proc)
     assert table["worker_id"].nunique() == 2, "both processes sent"
     assert set(table["workload"]) == {"sharegpt"}
     assert len(table) == len(sent), "one row per request the server saw"
@@ -71,7 +71,7 @@ def test_conversations_from_two_processes_keep_their_own_sessions(server, tmp_pa
     proc = locust(server, out, *processes(2), "-u", "4", "-r", "4", "--workload", "conversation",
                   "--dataset-path", str(data), "--think-time", "0.2", "--max-tokens", "3", seconds=6)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    table = rows(out)
+    table = rows(out, proc)
     assert table["worker_id"].nunique() == 2
     ok = table[table["error"].isna()]
     assert (ok["turn"] == 2).sum() >= 2, ok[["session_id", "turn"]]

@@ -18,9 +18,10 @@ pytestmark = pytest.mark.integration
 LOAD = ["--prompt-tokens", "128", "--max-tokens", "24", "--prompt-pool", "16"]
 
 
-def read_all(pattern: str) -> pd.DataFrame:
+def read_all(pattern: str, proc=None) -> pd.DataFrame:
+    """Every file matching ``pattern`` as one frame; none is a failure, with Locust's log when given."""
     files = glob.glob(pattern)
-    assert files, f"no files match {pattern}"
+    assert files, f"no files match {pattern}" + (f"; Locust's log:\n{proc.stderr[-4000:]}" if proc else "")
     return pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
 
 
@@ -175,7 +176,7 @@ def test_open_loop_against_real_vllm_with_two_processes(vllm_server, tmp_path):
     proc = run_locust(vllm_server.url, out, *processes(2), "--request-rate", "4", "--burstiness", "inf",
                       "--max-concurrency", "8", "--step-warmup", "2", "--step-duration", "10", *LOAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    requests = read_all(str(out / "requests-*.csv"))
+    requests = read_all(str(out / "requests-*.csv"), proc)
     assert requests["worker_id"].nunique() == 2 and requests["intended_at_s"].is_unique
     measured = requests[requests["phase"] == "measured"].sort_values("intended_at_s")
     gaps = measured["intended_at_s"].diff().dropna()
