@@ -8,7 +8,7 @@ own test files: the integration files (real vLLM) in shards of their own at a lo
 normal priority. Files, not tests, are the unit: a module's fixtures (a vLLM server, a sweep) start
 once, in one shard. (Three shards took a clean clone from about 30 minutes to 20, but under that
 load two ``--processes 2`` runs ended with no request rows: docs/benchmark.md. Until that is found,
-one shard is the default.)
+``tests/run.sh`` runs this only when ``TEST_SHARDS`` is set; its default is one pytest process.)
 
 The second phase runs the files marked ``pytestmark = pytest.mark.timing`` in one process with
 nothing beside it: they read the suite's timing against an exact-timing mock to the millisecond
