@@ -4,7 +4,7 @@ says so and exits 2, and ``--start-timeout`` bounds the checks whatever ``-t`` i
 
 from __future__ import annotations
 
-from tests.conftest import headless, processes, start_fake_server
+from tests.conftest import headless, processes, request_rows, run_locust, start_fake_server
 from tests.e2e.test_secrets_and_bad_input import LOAD
 
 
@@ -46,6 +46,50 @@ def test_a_distributed_runs_workers_build_before_its_clock_starts(tmp_path):
     assert record["stopped_s"] - window_start >= 3.0, (record["stopped_s"] - window_start, record["timeline"])
     rows = pd.concat(pd.read_csv(p) for p in tmp_path.glob("requests-*.csv"))
     assert (rows["kind"] == "ok").sum() > 0 and rows["sent_at_s"].min() >= window_start
+
+
+LATE_PLUGIN_LOCUSTFILE = '''
+import gevent
+from locust import events
+from locust.runners import WorkerRunner
+
+
+@events.init.add_listener  # added before the plugin's own: it runs first
+def a_busy_workers_init(environment, **_kwargs):
+    if isinstance(environment.runner, WorkerRunner):
+        gevent.sleep(2)  # the master's spawn and run state arrive meanwhile
+
+
+from vllm_locust.plugin import user  # noqa: E402
+
+
+class ChatStreamUser(user.ChatStreamUser):
+    pass
+'''
+
+
+def test_workers_whose_plugin_attaches_after_their_spawn_still_send_and_record(tmp_path):
+    """Seen on a busy machine (two shards of tests beside vLLM starting): a ``--processes 2`` run's
+    workers ran their ``init`` after the master's spawn, so the run state (its id) came only in
+    answer to their hello; they built first, said built under no run id, and the master waited
+    for ever for builds it never counted: nothing sent, exit 2. Made certain here by an ``init``
+    listener that yields two seconds on each worker before the plugin's."""
+    locustfile = tmp_path / "late_plugin.py"
+    locustfile.write_text(LATE_PLUGIN_LOCUSTFILE)
+    server = start_fake_server()
+    server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+    try:
+        proc = run_locust("--host", server.url, "--headless", "--only-summary", "--samples-dir", str(tmp_path),
+                          "--prompt-cache-dir", "", *processes(2), "--request-rate", "10", "--max-concurrency", "4",
+                          "--step-warmup", "0", "--step-duration", "3", *LOAD, locustfile=locustfile)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("every worker has built its workload") == 1, proc.stderr[-3000:]
+    rows = request_rows(tmp_path)
+    [run_id] = [p.name[len("loadrun-"):-len(".json")] for p in tmp_path.glob("loadrun-*.json")]
+    assert len(rows) >= 20 and set(rows["run_id"]) == {run_id}, proc.stderr[-3000:]
+    assert rows["worker_id"].nunique() == 2, "both workers sent their share"
 
 
 def test_start_checks_past_their_deadline_stop_the_run_with_one_line(tmp_path):

@@ -12,6 +12,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from vllm_locust.plugin.distributed import workerbuild
 from vllm_locust.plugin.distributed.workerbuild import BUILT_MESSAGE, GO_MESSAGE, BuildGate
+from vllm_locust.plugin.lifecycle.runstate import STATE_MESSAGE, RunStateBroadcast
 
 RUN = "20261206-210000"
 
@@ -53,7 +54,8 @@ def gate_for(runner, build=lambda: None):
     calls = []
     failures = Failures()
     run = SimpleNamespace(deciding=isinstance(runner, MasterRunner), records_samples=not isinstance(runner, MasterRunner),
-                          state=SimpleNamespace(run_id=RUN), restart=lambda: calls.append("restart"))
+                          state=SimpleNamespace(run_id=RUN), restart=lambda: calls.append("restart"),
+                          follow=lambda callback: None, send_to=lambda node: calls.append(f"state to {node}"))
     workload = SimpleNamespace(gate=None, build_all=build, failed=lambda err: failures.fail_run(f"cannot build: {err}"))
     env = SimpleNamespace(runner=runner, stats=SimpleNamespace(reset_all=lambda: calls.append("reset stats")))
     gate = BuildGate(env, run, failures, workload, SimpleNamespace(arm=lambda s: calls.append("arm")),
@@ -79,9 +81,10 @@ def test_the_master_says_go_once_every_worker_has_built():
     assert master.sent == [] and calls == [], "w2 is still building: no go, no clock"
     built(gate, "w2", run_id="an-earlier-run")
     assert master.sent == [], "another run's message counts for nothing"
+    assert calls == ["state to w2"], "but its sender is told this run's state"
     built(gate, "w2")
     assert master.sent == [(GO_MESSAGE, {"run_id": RUN}, None)], "one go, to every worker"
-    assert calls == ["restart", "restart schedule", "reset stats", "arm"], "the run's time starts at go"
+    assert calls[1:] == ["restart", "restart schedule", "reset stats", "arm"], "the run's time starts at go"
     gate.on_test_stop()
 
 
@@ -192,3 +195,45 @@ def test_a_build_that_breaks_tells_the_master_and_lets_the_users_meet_it(error, 
     assert worker.sent == [(BUILT_MESSAGE, {"run_id": RUN, "failed": True, "why": why})]
     with gevent.Timeout(1, AssertionError("the gate stayed shut after a failed build")):
         gate.wait()
+
+
+def test_a_worker_that_built_before_hearing_the_run_id_says_built_again_when_it_hears_it():
+    # Seen on a busy machine (--processes 2 beside vLLM starting): the workers' plugins attached
+    # after their master's spawn, built before the answer to their hello brought the run id, said
+    # built under "" and waited for a go that never came: nothing sent, exit 2.
+    worker = FakeWorker()
+    env = SimpleNamespace(runner=worker, stats=None)
+    run = RunStateBroadcast(env)
+    run.register(SimpleNamespace(spawning_complete=SimpleNamespace(add_listener=lambda f: None)))
+    workload = SimpleNamespace(gate=None, build_all=lambda: None, failed=None)
+    gate = BuildGate(env, run, Failures(), workload, None, None)
+    gate.register(SimpleNamespace(test_start=SimpleNamespace(add_listener=lambda f: None),
+                                  test_stop=SimpleNamespace(add_listener=lambda f: None)))
+    gate.on_test_start()  # the late start: no state heard yet
+    user = gevent.spawn(gate.wait)
+    gevent.sleep(0.05)
+    assert worker.sent == [(BUILT_MESSAGE, {"run_id": "", "failed": False})]
+    worker.handlers[STATE_MESSAGE](Message(STATE_MESSAGE, {"run_id": RUN, "phase": "measured"}, "master"))
+    assert worker.sent[-1] == (BUILT_MESSAGE, {"run_id": RUN, "failed": False}), "said again, under the run's id"
+    worker.handlers[STATE_MESSAGE](Message(STATE_MESSAGE, {"run_id": RUN, "phase": "warmup"}, "master"))
+    assert len(worker.sent) == 2, "the same run id: not said a third time"
+    assert not user.ready()
+    worker.handlers[GO_MESSAGE](Message(GO_MESSAGE, {"run_id": RUN}, "master"))
+    user.join(timeout=5)
+    assert user.ready()
+    worker.handlers[STATE_MESSAGE](Message(STATE_MESSAGE, {"run_id": RUN + "-2"}, "master"))
+    assert len(worker.sent) == 2, "after go, a new run id is the next run's business"
+
+
+def test_the_master_answers_built_for_another_run_id_with_the_state_and_does_not_count_it():
+    master = FakeMaster([node("w1"), node("w2")])
+    gate, calls, _, _ = gate_for(master)
+    gate.on_test_start()
+    built(gate, "w1", run_id="")
+    built(gate, "stranger", run_id="")
+    assert calls == ["state to w1"], "the registered worker is sent the state; a stranger nothing"
+    built(gate, "w2")
+    assert master.sent == [] and gate.built == {"w2"}, "w1 is still waited for"
+    built(gate, "w1")
+    assert master.sent == [(GO_MESSAGE, {"run_id": RUN}, None)]
+    gate.on_test_stop()

@@ -11,6 +11,11 @@ published again with its slice (else it would send nothing). While it waits the 
 workers it waits for, every ``SAY_EVERY_S``. A worker Locust marks missing (three seconds without a
 heartbeat: a busy machine's lateness as well as a lost worker) is still waited for, up to
 ``MISSING_GRACE_S``: going without it had left it without a slice of the schedule, sending nothing.
+
+A worker whose plugin attached after its master's spawn (a busy machine) builds before it has heard
+the run's state (its hello asks for it): it says built again whenever the run id it knows changes
+while it waits, and a master that hears built for another run id sends that worker the state in
+force. Built under the wrong id, it had waited for a go that never came: nothing sent, exit 2.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class BuildGate:
         self._active = False  # master: between this run's start and its stop
         self._missing_since: dict[str, float] = {}  # master: workers missing while building, since when
         self._run_id = None
+        self._built_say: dict | None = None  # worker: what it said when built, while it waits for go
 
     def register(self, events) -> None:
         runner = self.environment.runner
@@ -60,6 +66,7 @@ class BuildGate:
         elif isinstance(runner, WorkerRunner):
             runner.register_message(GO_MESSAGE, self.on_go_message)
             self.workload.gate = self
+            self.run.follow(self.on_state_heard)
         else:
             return  # a local run builds in ``Workload.on_test_start``
         events.test_start.add_listener(self.on_test_start)
@@ -75,31 +82,43 @@ class BuildGate:
             self._master_start()
         elif self.run.records_samples and not self.failures.failed:
             self._open.clear()
-            gevent.spawn(self._build, self.run.state.run_id)
+            self._built_say = None
+            gevent.spawn(self._build)
 
-    def _build(self, run_id) -> None:
+    def _build(self) -> None:
         began = time.monotonic()
         try:
             self.workload.build_all()
         except (ServerCheckError, ValueError, OSError) as err:
             self.workload.failed(err)
-            self._say_built(run_id, why=str(err))
+            self._say_built(why=str(err))
             return
         except Exception as err:  # noqa: BLE001 - whatever broke, the master must hear it or it waits for ever
             logger.exception("the workload's build broke")
-            self._say_built(run_id, why=f"{type(err).__name__}: {err}")
+            self._say_built(why=f"{type(err).__name__}: {err}")
             return
         logger.info("workload built in %.1f s; waiting for the master's go", time.monotonic() - began)
-        self._say_built(run_id)
+        self._say_built()
 
-    def _say_built(self, run_id, why: str | None = None) -> None:
-        data = {"run_id": run_id, "failed": why is not None}
+    def _say_built(self, why: str | None = None) -> None:
+        """Built (or failed), under the run id this worker knows now: said again if it changes."""
+        data = {"run_id": self.run.state.run_id, "failed": why is not None}
         if why is not None:
             data["why"] = why[:WHY_CHARS]
             self._open.set()  # the users meet the failure themselves and stop
+        self._built_say = data
         self.environment.runner.send_message(BUILT_MESSAGE, data)
 
+    def on_state_heard(self, state) -> None:
+        """Worker: the run id arrived (or changed) after this worker said built: say it again."""
+        said = self._built_say
+        if said is None or not state.run_id or state.run_id == said["run_id"]:
+            return
+        if said["failed"] or not self._open.is_set():
+            self._say_built(why=said.get("why"))
+
     def on_go_message(self, msg, **_kwargs) -> None:
+        self._built_say = None
         self._open.set()
 
     # -- master ---------------------------------------------------------------------------------
@@ -113,9 +132,13 @@ class BuildGate:
 
     def on_built_message(self, msg, **_kwargs) -> None:
         data = msg.data if isinstance(msg.data, dict) else {}
-        if not self._active or data.get("run_id") != self._run_id:
-            return  # another run's, or between runs
+        if not self._active:
+            return  # between runs
         node = msg.node_id
+        if data.get("run_id") != self._run_id:
+            if any(client.id == node for client in self.environment.runner.clients.all):
+                self.run.send_to(node)  # it missed this run's state: it says built again on hearing it
+            return
         if data.get("failed") is True:
             why = str(data.get("why") or "its log says why")[:WHY_CHARS]
             self.failures.fail_run(f"cannot build the workload on worker {node}: {why}", once="workload")
@@ -177,6 +200,7 @@ class BuildGate:
 
     def on_test_stop(self, **_kwargs) -> None:
         self._open.set()  # nobody waits past the run
+        self._built_say = None
         self._active = False
         if self._watch is not None:
             self._watch.kill(block=False)
