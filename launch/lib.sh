@@ -110,11 +110,15 @@ print_command() {
 }
 
 
+need_vllm_python() {
+  [[ -x "$VLLM_PY" ]] || die "no vLLM python at $VLLM_PY: run launch/setup.sh or set VLLM_PYTHON"
+}
+
 # check_flags [--cache]: the profile's command line against the installed vLLM's parser. With
 # --cache (a server start), a command line this vLLM accepted before is not checked again (it costs
 # a vLLM import, about 10 s on a small machine); FLAG_CHECK_CACHE names the folder.
 check_flags() {
-  [[ -x "$VLLM_PY" ]] || die "no vLLM python at $VLLM_PY: run launch/setup.sh or set VLLM_PYTHON"
+  need_vllm_python
   local cache=()
   [[ "${1:-}" == --cache ]] && cache=(--cache "${FLAG_CHECK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-locust/flag-checks}")
   "$VLLM_PY" "$LAUNCH_DIR/check_flags.py" "${cache[@]}" --profile "$PROFILE" -- "${SERVER_CMD[@]:3}" \
@@ -124,7 +128,7 @@ check_flags() {
 # check_flags_of PROFILE...: every profile's command line through one check_flags.py (one vLLM
 # import, about 10 s on a small machine, for all of them).
 check_flags_of() {
-  [[ -x "$VLLM_PY" ]] || die "no vLLM python at $VLLM_PY: run launch/setup.sh or set VLLM_PYTHON"
+  need_vllm_python
   local name lines=()
   for name in "$@"; do
     build_command "$name"

@@ -6,9 +6,8 @@ pytest processes (shards, ``--shards``/``TEST_SHARDS``; one by default) side by 
 own test files: the integration files (real vLLM) in shards of their own at a lower CPU priority
 (nice 10, with every vLLM server they start), the unit files and the other e2e files in shards at
 normal priority. Files, not tests, are the unit: a module's fixtures (a vLLM server, a sweep) start
-once, in one shard. (Three shards took a clean clone from about 30 minutes to 20, but under that
-load two ``--processes 2`` runs ended with no request rows: docs/benchmark.md. Until that is found,
-``tests/run.sh`` runs this only when ``TEST_SHARDS`` is set; its default is one pytest process.)
+once, in one shard. (``tests/run.sh`` runs this with three shards unless ``TEST_SHARDS`` says
+otherwise: a clean clone here from about 28 minutes to 16, setup included; docs/benchmark.md.)
 
 The second phase runs the files marked ``pytestmark = pytest.mark.timing`` in one process with
 nothing beside it: they read the suite's timing against an exact-timing mock to the millisecond

@@ -4,13 +4,14 @@
 # launch/install_browser.sh), integration (real vLLM CPU).
 # Integration tests may not be skipped here.
 #
-#   bash tests/run.sh          # every tier: what .ci/run runs (TEST_SHARDS=3: side by side, below)
+#   bash tests/run.sh          # every tier: what .ci/run runs, in two phases (tests/parallel.py)
 #   bash tests/run.sh --fast   # the unit tier: no vLLM install, no browser, under 3 minutes here
 #   bash tests/run.sh --latest # the contract tests against the newest releases of the packages whose
 #                              # internals the suite touches, in a throwaway venv (not in .ci/run:
 #                              # it needs the network, and says what a new release broke)
 #
-# Other arguments go to pytest (bash tests/run.sh --fast -k workloads).
+# Other arguments go to pytest (bash tests/run.sh --fast -k workloads); with arguments and no
+# --fast, every tier's selection runs in one pytest process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--fast" ]]; then
@@ -36,8 +37,11 @@ fi
 bash launch/setup.sh
 bash launch/install_browser.sh
 export REQUIRE_INTEGRATION=1
-# TEST_SHARDS=3: the files in pytest processes side by side, then the timing files alone
-# (tests/parallel.py; about 20 minutes on a clean clone here instead of 30, not yet the default:
-# CONTRIBUTING.md says why).
-[[ -n "${TEST_SHARDS:-}" ]] && exec .venv/bin/python tests/parallel.py "$@"
+# The whole run: three pytest processes side by side, then the timing files alone
+# (tests/parallel.py; about 16 minutes on a clean clone here, setup included, against 28 in one
+# process). TEST_SHARDS=N: N side by side; TEST_SHARDS=1: one pytest process, in file order.
+shards=${TEST_SHARDS:-3}
+if [[ $# -eq 0 && "$shards" != 1 ]]; then
+  exec .venv/bin/python tests/parallel.py --shards "$shards"
+fi
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -44,7 +44,8 @@ def steps_run(tmp_path_factory):
 def test_a_plain_steps_run_gives_one_summary_row_per_step(steps_run):
     records = list(steps_run.glob(f"{LOAD_RECORD_PREFIX}*.json"))
     assert len(records) == 1, "the plugin writes its load record beside the samples"
-    timeline = json.loads(records[0].read_text())["timeline"]
+    record = json.loads(records[0].read_text())
+    timeline = record["timeline"]
     assert [(c["phase"], c["concurrency"]) for c in timeline if c["concurrency"]] == \
         [("warmup", 1), ("measured", 1), ("warmup", 3), ("measured", 3)]
     proc = analyse(steps_run)
@@ -52,9 +53,21 @@ def test_a_plain_steps_run_gives_one_summary_row_per_step(steps_run):
     assert "one label, so a summary and no verdict" in proc.stdout, "a single label needs no --baseline"
     summary = pd.read_csv(steps_run / "summary.csv")
     assert summary[SUMMARY.concurrency].tolist() == [1, 3] and (summary[SUMMARY.profile] == "plain").all()
-    # Closed loop at the mock's 20 + 7 x 2 = 34 ms per request: throughput follows the concurrency.
+    # The measured windows come from the timeline: each level's requests/s times its measured
+    # seconds there is a whole count of completions, at most the level's successful rows. (Counts, not
+    # speeds: "three users send more than twice one's" failed once beside two vLLM shards, the
+    # client's loop 40 ms late on average.)
+    changes = sorted(timeline, key=lambda c: c["t_s"])
+    ends = [c["t_s"] for c in changes[1:]] + [record["stopped_s"]]
+    seconds = {level: sum(end - c["t_s"] for c, end in zip(changes, ends)
+                          if c["phase"] == "measured" and c["concurrency"] == level) for level in (1, 3)}
     rps = summary.set_index(SUMMARY.concurrency)[SUMMARY.requests_per_s]
-    assert rps[3] > 2 * rps[1], f"the measured windows come from the timeline: {rps.to_dict()}"
+    requests = pd.concat(pd.read_csv(f) for f in steps_run.glob("requests-*.csv"))
+    for level in (1, 3):
+        assert 3.5 < seconds[level] < 6, f"a measured step of --step-duration 4: {seconds}"
+        completed = rps[level] * seconds[level]
+        ok = ((requests["concurrency"] == level) & (requests["kind"] == "ok")).sum()  # warm-up sends may end inside
+        assert abs(completed - round(completed)) < 1e-6 and 0 < round(completed) <= ok, (level, completed, ok)
     assert "only one label was measured" in (steps_run / "report.md").read_text()
 
 
