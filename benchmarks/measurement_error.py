@@ -72,6 +72,57 @@ def raw_socket_floor(server, ttft_ms: float, itl_ms: float, tokens: int, n: int 
     return float(np.median(errors))
 
 
+class MockPool:
+    """``n`` exact-timing mock processes sharing one port (``SO_REUSEPORT``), for event rates one
+    Python process cannot write on time (1,000 streams at 10 ms: 100,000 chunks/s). Each writes its
+    own record on SIGTERM (``--record``); the truth is all of them. The script is set by restarting
+    them (``POST /_config`` would reach only one)."""
+
+    def __init__(self, n: int, cpus: str = ""):
+        from launch.sweep import free_port
+
+        self.n, self.cpus, self.port = n, cpus, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.procs: list[subprocess.Popen] = []
+        self.records: list[Path] = []
+        self.dir = tempfile.mkdtemp(prefix="mock-pool-")
+
+    def configure(self, ttft_ms: float, itl_ms: float, tokens: int) -> None:
+        self.stop()
+        self.records = [Path(self.dir) / f"mock-{i}.json" for i in range(self.n)]
+        for record in self.records:
+            record.unlink(missing_ok=True)
+            cmd = [sys.executable, "-m", "vllm_locust.mock.server", "--port", str(self.port), "--reuse-port",
+                   "--ttft-ms", f"{ttft_ms:g}", "--itl-ms", f"{itl_ms:g}", "--tokens", str(tokens),
+                   "--record", str(record)]
+            proc = subprocess.Popen(pinned(cmd, self.cpus), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+            if not proc.stdout.readline().startswith("PORT "):
+                raise SystemExit("a mock process did not start")
+            self.procs.append(proc)
+
+    def log(self) -> list[dict]:
+        """Every process's record (they are stopped; ``configure`` starts them again)."""
+        import json
+
+        self.stop()
+        return [r for record in self.records if record.exists() for r in json.loads(record.read_text())["requests"]]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=60)
+        self.procs = []
+
+
+def pinned(cmd: list[str], cpus: str) -> list[str]:
+    """``cmd`` on the CPUs ``cpus`` (a taskset list such as ``4-7``; empty: anywhere)."""
+    return ["taskset", "-c", cpus, *cmd] if cpus else cmd
+
+
+CLIENT_CPUS = ""  # --client-cpus: every client runs pinned there
+
+
 CPU_TRACE: list[tuple[float, float]] = []  # (perf_counter s, CPU s of the client and its children)
 PIDS: set[int] = set()  # every process of the last traced client (AIPerf runs several)
 
@@ -86,7 +137,8 @@ def run_traced(cmd: list[str], env: dict | None = None) -> subprocess.CompletedP
     CPU_TRACE.clear()
     PIDS.clear()
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT, env=env)
+        proc = subprocess.Popen(pinned(cmd, CLIENT_CPUS), stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT,
+                                env=env)
         watched = psutil.Process(proc.pid)
         seen: dict[int, float] = {}
         while proc.poll() is None:
@@ -130,13 +182,18 @@ def suite_client(server, users: int, processes: int, duration_s: int, tokens: in
     ttft = samples.loc[samples[SAMPLE.metric] == TTFT, SAMPLE.value_ms].to_numpy()
     itl = samples.loc[samples[SAMPLE.metric] == ITL, SAMPLE.value_ms].to_numpy()
     LAGS.clear()
+    GC.clear()
     for f in glob.glob(f"{out}/client-*.csv"):
         audit = pd.read_csv(f)
-        LAGS.extend(audit.loc[(audit["metric"] == "loop_lag_ms") & (audit["phase"] == "measured"), "value"])
+        measured = audit[audit["phase"] == "measured"]
+        LAGS.extend(measured.loc[measured["metric"] == "loop_lag_ms", "value"])
+        for metric in ("gc_pause_ms", "gc_ms_per_s"):
+            GC.setdefault(metric, []).extend(measured.loc[measured["metric"] == metric, "value"])
     return len(done), int(requests["content_chunks"].sum()), ttft, itl
 
 
 LAGS: list[float] = []  # the suite's own loop-lag audit of the last run (measured phase)
+GC: dict[str, list[float]] = {}  # its garbage collections: gc_pause_ms rows, gc_ms_per_s rows
 
 
 def vllm_client(server, users: int, duration_s: int, tokens: int, ttft_ms: float, itl_ms: float, out: str):
@@ -199,7 +256,7 @@ def guidellm_client(server, users: int, duration_s: int, tokens: int, ttft_ms: f
 
 
 def run_level(server, client: str, users: int, processes: int, duration_s: int, tokens: int, ttft_ms: float,
-              itl_ms: float) -> dict:
+              itl_ms: float, trial: int = 1) -> dict:
     server.configure(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens=tokens)
     NOTES.clear()
     with tempfile.TemporaryDirectory() as out:
@@ -220,7 +277,7 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
     served = sum(1 for r in log if r["sends"])
     label = {"vllm": "vllm", "aiperf": f"aiperf {VERSIONS.get('aiperf', '')}".strip(),
              "guidellm": f"guidellm {VERSIONS.get('guidellm', '')}".strip()}.get(client, f"suite x{processes}")
-    row = {"client": label, "streams": users, "requests": done,
+    row = {"client": label, "streams": users, "trial": trial, "requests": done,
            "chunks/s": round(chunks / span) if span > 0 else 0,
            "client CPU us/chunk": round(cpu_between(start, end) / max(chunks, 1) * 1e6),
            # all in: the request's own cost and its chunks' (benchmarks/request_cost.py splits them)
@@ -231,6 +288,15 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
 
         row["loop lag p99 ms"] = round(float(np.percentile(LAGS, 99)), 2)
         row["lag-implied p95 ms"] = round(implied_lateness_ms(LAGS, 0.95), 2)
+        pauses, shares = GC.get("gc_pause_ms", []), GC.get("gc_ms_per_s", [])
+        row["gc pauses >=1 ms or full"] = len(pauses)
+        row["gc pause max ms"] = round(max(pauses), 2) if pauses else 0.0
+        row["gc ms/s mean"] = round(float(np.mean(shares)), 2) if shares else None
+    # The Rust client's study's figures: TTFT mean error, ITL p99, and the ITL's spread (a stall
+    # that delays one stamp lengthens one gap and shortens the next: it shows in the spread).
+    row["TTFT mean error ms"] = round(float(np.mean(client_ttft) - np.mean(true_ttft)), 2) if len(client_ttft) else None
+    row["ITL sd client ms"] = round(float(np.std(client_itl)), 3) if len(client_itl) else None
+    row["ITL sd server ms"] = round(float(np.std(true_itl)), 3)
     for metric, client_values, true in ((TTFT, client_ttft, true_ttft), (ITL, client_itl, true_itl)):
         client = client_values
         for q in ((50, 95) if metric == TTFT else (50, 95, 99)):
@@ -258,7 +324,14 @@ def main() -> None:
                         help="comma-separated: suite, vllm (vLLM's bench serve), aiperf, guidellm (own venvs: "
                              "AIPERF_BIN, GUIDELLM_BIN)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--trials", type=int, default=1, help="runs of each client at each level")
+    parser.add_argument("--server-processes", type=int, default=1,
+                        help="mock processes sharing one port (each records its own truth); 1: one, configured live")
+    parser.add_argument("--server-cpus", default="", help="taskset CPU list for the mock processes (e.g. 0-7)")
+    parser.add_argument("--client-cpus", default="", help="taskset CPU list for every client (e.g. 8-11)")
     args = parser.parse_args()
+    global CLIENT_CPUS
+    CLIENT_CPUS = args.client_cpus
     clients = args.clients.split(",")
     for client in clients:
         if client not in CLIENTS:
@@ -270,13 +343,17 @@ def main() -> None:
     server = start_process()
     try:
         floor = raw_socket_floor(server, args.ttft_ms, args.itl_ms, args.tokens)
+        if args.server_processes > 1:
+            server.stop()
+            server = MockPool(args.server_processes, args.server_cpus)
         rows = []
         for n in args.streams.split(","):
-            for client in clients:
-                for processes in ([int(p) for p in args.processes.split(",")] if client == "suite" else [1]):
-                    rows.append(run_level(server, client, int(n), processes, args.duration, args.tokens,
-                                          args.ttft_ms, args.itl_ms))
-                    print(rows[-1], file=sys.stderr, flush=True)
+            for trial in range(1, args.trials + 1):
+                for client in clients:
+                    for processes in ([int(p) for p in args.processes.split(",")] if client == "suite" else [1]):
+                        rows.append(run_level(server, client, int(n), processes, args.duration, args.tokens,
+                                              args.ttft_ms, args.itl_ms, trial))
+                        print(rows[-1], file=sys.stderr, flush=True)
     finally:
         server.stop()
     table = pd.DataFrame(rows).to_markdown(index=False) if _has_tabulate() else pd.DataFrame(rows).to_string(index=False)

@@ -11,7 +11,7 @@ import pytest
 
 from vllm_locust.plugin.records import buckets
 from vllm_locust.plugin.lifecycle.audit import ClientAudit, cpu_pct, overshoot_ms
-from vllm_locust.core.schema import CPU_PCT, LOOP_LAG_MS, MEASURED, SPAWN_TO_SEND_MS
+from vllm_locust.core.schema import CPU_PCT, GC_MS_PER_S, GC_PAUSE_MS, LOOP_LAG_MS, MEASURED, SPAWN_TO_SEND_MS
 
 
 @contextmanager
@@ -48,6 +48,27 @@ def test_a_blocked_event_loop_shows_as_loop_lag():
     assert sorted(lags)[len(lags) // 2] < 50, "the other ticks are not late by the block"
     assert [r for r in rows if r.metric == CPU_PCT], "CPU share once a second"
     assert {(r.run_id, r.worker_id, r.phase, r.concurrency, r.step) for r in rows} == {("r", "w", MEASURED, 4, 0)}
+
+
+def test_every_full_garbage_collection_is_a_row_and_each_second_says_the_collectors_share():
+    import gc
+
+    rows = []
+    audit = ClientAudit(rows.append, lambda: ("r", "w", MEASURED, 4, 0), tick_s=0.005)
+    audit.start()
+    before = len(gc.callbacks)
+    assert audit._on_gc in gc.callbacks, "timed from the start"
+    for _ in range(3):
+        gc.collect()  # a full collection each
+    gevent.sleep(1.1)
+    audit.stop()
+    pauses = [r for r in rows if r.metric == GC_PAUSE_MS]
+    assert len(pauses) >= 3 and all(r.value >= 0 for r in pauses), pauses
+    shares = [r.value for r in rows if r.metric == GC_MS_PER_S]
+    assert shares and max(shares) > 0, "a second with three full collections spent time collecting"
+    assert len(gc.callbacks) == before - 1, "the callback leaves with the audit"
+    gc.collect()
+    assert len([r for r in rows if r.metric == GC_PAUSE_MS]) == len(pauses), "none timed after stop"
 
 
 def test_no_rows_before_the_run_has_an_id():

@@ -327,3 +327,39 @@ def test_worker_token_is_an_option_kept_out_of_the_web_ui(monkeypatch):
     assert parse(["--worker-token", "t"], monkeypatch).worker_token == "t"
     assert parse([], monkeypatch, {"LOCUST_WORKER_TOKEN": "e"}).worker_token == "e"
     assert "worker_token" in SECRET_OPTIONS
+
+
+def rows_message(plugin, node_id, data) -> None:
+    """A worker's rows between its reports (``ROWS_MESSAGE``), through the master's handler."""
+    from vllm_locust.plugin.distributed.distribution import ROWS_MESSAGE
+
+    plugin.environment.runner.custom_messages[ROWS_MESSAGE][0](Message(ROWS_MESSAGE, data, node_id),
+                                                                environment=plugin.environment)
+
+
+def test_rows_between_reports_are_heard_as_a_reports_rows_are(env, tmp_path):
+    env_, plugin = env
+    text = csv_text(SampleRow, [sample()])
+    rows_message(plugin, "node-a", {ROWS_KEY: {name(samples_file): text}})
+    assert written(tmp_path) == {}, "a peer Locust never registered"
+    register(env_, "node-a")
+    rows_message(plugin, "node-a", {ROWS_KEY: {name(samples_file): text}})
+    assert written(tmp_path) == {}, "registered, but no hello yet"
+    hello(plugin, "node-a", "host-1")
+    rows_message(plugin, "node-a", {ROWS_KEY: {name(samples_file): text}})
+    assert written(tmp_path) == {name(samples_file): text}
+    rows_message(plugin, "node-a", {ROWS_KEY: {name(samples_file, run_id="OLDRUN"): text}})
+    for junk in (None, "rows", [1], {ROWS_KEY: "x"}, {ROWS_KEY: {7: "x"}}):
+        rows_message(plugin, "node-a", junk)  # never raises: the master's receive loop would die
+    assert written(tmp_path) == {name(samples_file): text}
+
+
+def test_rows_between_reports_need_the_token(tokened, tmp_path):
+    env_, plugin = tokened
+    node = worker(env_, plugin, token=TOKEN)
+    text = csv_text(SampleRow, [sample()])
+    rows_message(plugin, node, {ROWS_KEY: {name(samples_file): text}})
+    rows_message(plugin, node, {ROWS_KEY: {name(samples_file): text}, "vllm_locust_token": "guess"})
+    assert written(tmp_path) == {}
+    rows_message(plugin, node, {ROWS_KEY: {name(samples_file): text}, "vllm_locust_token": TOKEN})
+    assert written(tmp_path) == {name(samples_file): text}

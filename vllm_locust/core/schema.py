@@ -44,7 +44,9 @@ LOOP_LAG_MS = "loop_lag_ms"
 CPU_PCT = "cpu_pct"
 CHUNKS_PER_S = "chunks_per_s"
 SPAWN_TO_SEND_MS = "spawn_to_send_ms"
-CLIENT_METRICS = (LOOP_LAG_MS, CPU_PCT, CHUNKS_PER_S, SPAWN_TO_SEND_MS)
+GC_PAUSE_MS = "gc_pause_ms"  # one garbage collection that stopped the loop: every full one, any other of 1 ms or more
+GC_MS_PER_S = "gc_ms_per_s"  # milliseconds of each second spent collecting garbage, every generation
+CLIENT_METRICS = (LOOP_LAG_MS, CPU_PCT, CHUNKS_PER_S, SPAWN_TO_SEND_MS, GC_PAUSE_MS, GC_MS_PER_S)
 # The ``error`` of a request the run's end cut off mid-stream: not a failure of the server.
 INTERRUPTED = INTERRUPTED_MESSAGE
 WARMUP = "warmup"

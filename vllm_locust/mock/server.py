@@ -60,6 +60,7 @@ import gzip
 import hashlib
 import itertools
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -619,17 +620,26 @@ def main() -> None:
     parser.add_argument("--log-bodies", action="store_true", help="log each request's messages or prompt, max_tokens and reply (GET /_log)")
     parser.add_argument("--distinct-replies", action="store_true", help="each reply's words carry the request's number (r<n>t<i>)")
     parser.add_argument("--adapter", action="append", default=[], help="list and serve this LoRA adapter name (repeatable)")
+    parser.add_argument("--record", type=Path, help="on SIGTERM, write the log (GET /_log's requests) to this JSON "
+                                                    "file: the truth of one of several --reuse-port processes")
     args = parser.parse_args()
     server = serve(args.port, args.reuse_port, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens,
                    model=args.model, hostile=args.hostile, hostile_bytes=args.hostile_bytes,
                    max_model_len=args.max_model_len, log_bodies=args.log_bodies, distinct_replies=args.distinct_replies,
                    adapters=args.adapter)
     print(f"PORT {server.server_address[1]}", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         server.serve_forever(poll_interval=0.05)
     except KeyboardInterrupt:
         pass
+    if args.record is not None:
+        args.record.write_text(json.dumps({"requests": list(LOG)}))
     sys.exit(0)
+
+
+def _interrupt(*_args) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

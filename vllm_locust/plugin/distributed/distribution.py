@@ -4,8 +4,13 @@
 (answered with the run state they may have missed), their reports (live values and raw rows,
 heard only from this run's registered workers: ``peers``), and at test stop the drain: every
 worker stops its users and sends its last stats before Locust prints its totals.
-``WorkerSide``: the hello, the live values and raw rows sent with each stats report, and the
-flush at test stop (last stats, then ``FLUSHED_MESSAGE``: messages keep their order).
+``WorkerSide``: the hello, the raw rows (``ROWS_MESSAGE`` every ``ROWS_EVERY_S`` while users run,
+the rest with each stats report), the live values with each report, and the flush at test stop
+(last stats, then ``FLUSHED_MESSAGE``: messages keep their order).
+
+Rows leave a worker in small messages through the run, not all with the report every 3 s: at
+1,000 streams a report carried about 72,000 rows, and packing and sending them stopped the
+worker's event loop for 5-20 ms every 3 s, late stamps on every stream at once.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 import time
 
 import gevent
+import gevent.event
 from locust.runners import MasterRunner, WorkerRunner
 
 from ...core.client_window import REPORT_KEY
@@ -28,6 +34,9 @@ from ..webui.websecurity import is_loopback
 logger = logging.getLogger(__name__)
 FLUSHED_MESSAGE = "vllm_locust_flushed"  # worker -> master: my users stopped, my last stats are sent
 HELLO_MESSAGE = "vllm_locust_hello"  # worker -> master: my plugin is attached, send me the run state
+ROWS_MESSAGE = "vllm_locust_rows"  # worker -> master: {ROWS_KEY: {file name: CSV text}}, signed as a report
+ROWS_EVERY_S = 0.25
+ROWS_PER_MESSAGE_CHARS = 1 << 20  # more waiting goes in the next message (or the report)
 DRAIN_TIMEOUT_S = 20.0
 
 
@@ -58,6 +67,7 @@ class MasterSide:
             events.worker_connect.add_listener(self.on_worker_connect)
             runner.register_message(FLUSHED_MESSAGE, self.on_flushed_message)
             runner.register_message(HELLO_MESSAGE, self.on_hello_message)
+            runner.register_message(ROWS_MESSAGE, self.on_rows_message)
 
     def on_test_start(self, **_kwargs) -> None:
         if self.run.deciding and not self.failures.failed:
@@ -93,7 +103,18 @@ class MasterSide:
             return
         if isinstance(data.get(REPORT_KEY), dict):
             self.view.heard(data[REPORT_KEY])
-        files = data.get(ROWS_KEY)
+        self.write_rows(client_id, worker, data.get(ROWS_KEY))
+
+    def on_rows_message(self, msg, **_kwargs) -> None:
+        """Raw rows between reports: heard and written as a report's are (``peers``, ``outbox``)."""
+        data = msg.data
+        if isinstance(data, dict) and not data.get(ROWS_KEY):
+            return
+        worker = self.peers.reporter(self.environment.runner, self.roster, msg.node_id, data)
+        if worker is not None:
+            self.write_rows(msg.node_id, worker, data.get(ROWS_KEY))
+
+    def write_rows(self, client_id: str, worker: str, files) -> None:
         directory = getattr(self.environment.parsed_options, "samples_dir", "") or ""
         if files and directory:
             try:
@@ -127,7 +148,7 @@ class MasterSide:
                                     "kind": "worker lost"})
                     got = worker.get("rows_until_s")
                     logger.warning("worker %s lost %.0f s into the run: carrying on with %d worker(s); its rows "
-                                   "arrived until %s, what it measured after that (up to one report, 3 s) is lost",
+                                   "arrived until %s, what it measured after that is lost",
                                    worker["id"], worker["left_s"] - started_s, self.roster.alive(),
                                    f"{got - started_s:.0f} s" if got else "never")
 
@@ -169,9 +190,12 @@ class WorkerSide:
         self.peers = peers
         self.recording = recording
         self.view = view
+        self._rows: gevent.Greenlet | None = None  # sends the rows through the run
+        self._rows_end = gevent.event.Event()
 
     def register(self, events) -> None:
         events.report_to_master.add_listener(self.on_report_to_master)
+        events.test_start.add_listener(self.on_test_start)
         events.test_stop.add_listener(self.on_test_stop)
         runner = self.environment.runner
         if isinstance(runner, WorkerRunner):
@@ -190,11 +214,33 @@ class WorkerSide:
         if files:
             data[ROWS_KEY] = files
 
+    def on_test_start(self, **_kwargs) -> None:
+        if isinstance(self.environment.runner, WorkerRunner) and (self._rows is None or self._rows.dead):
+            self._rows_end.clear()
+            self._rows = gevent.spawn(self.send_rows)
+
+    def send_rows(self) -> None:
+        """Every ``ROWS_EVERY_S`` while the users run, what the recorder wrote since (at most
+        ``ROWS_PER_MESSAGE_CHARS``), as one message."""
+        runner = self.environment.runner
+        while not self._rows_end.wait(ROWS_EVERY_S):
+            files = self.recording.take_rows(ROWS_PER_MESSAGE_CHARS)
+            if files:
+                runner.send_message(ROWS_MESSAGE, self.peers.sign({ROWS_KEY: files}))
+
+    def stop_rows(self) -> None:
+        """Ends the sender after the message it may be sending (killed mid-send, its rows were lost)."""
+        self._rows_end.set()
+        if self._rows is not None:
+            self._rows.join(timeout=ROWS_EVERY_S + 5.0)
+            self._rows = None
+
     def on_test_stop(self, environment, **_kwargs) -> None:
         """The users have stopped: send the last stats, then say so (messages keep their order)."""
         runner = environment.runner
         if not isinstance(runner, WorkerRunner):
             return
+        self.stop_rows()
         send_stats(runner)  # the last stats and rows, as Locust's own report does
         while self.recording.rows_waiting():  # more rows than one message may carry
             send_stats(runner)
