@@ -34,7 +34,8 @@ from vllm_locust.mock.server import start_process  # noqa: E402
 from analysis.tidy import succeeded  # noqa: E402  (outcomes by kind, not text)
 from benchmarks import other_clients  # noqa: E402
 
-CLIENTS = ("suite", "vllm", "aiperf", "guidellm")
+CLIENTS = ("suite", "before", "vllm", "aiperf", "guidellm")  # before: the suite of --before-root (an earlier tree)
+BEFORE_ROOT = ROOT
 
 VLLM_PYTHON = os.environ.get("VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
 
@@ -127,7 +128,7 @@ CPU_TRACE: list[tuple[float, float]] = []  # (perf_counter s, CPU s of the clien
 PIDS: set[int] = set()  # every process of the last traced client (AIPerf runs several)
 
 
-def run_traced(cmd: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+def run_traced(cmd: list[str], env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run a client, sampling its CPU time (with its worker processes) every 0.2 s into CPU_TRACE, so
     the CPU it spent while chunks flowed can be told from its start-up (imports, tokenizer, prompts)."""
     import time
@@ -137,7 +138,7 @@ def run_traced(cmd: list[str], env: dict | None = None) -> subprocess.CompletedP
     CPU_TRACE.clear()
     PIDS.clear()
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(pinned(cmd, CLIENT_CPUS), stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT,
+        proc = subprocess.Popen(pinned(cmd, CLIENT_CPUS), stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=cwd,
                                 env=env)
         watched = psutil.Process(proc.pid)
         seen: dict[int, float] = {}
@@ -162,14 +163,14 @@ def cpu_between(start_s: float, end_s: float) -> float:
     return float(np.interp(end_s, times, cpu) - np.interp(start_s, times, cpu)) if len(times) > 1 else float("nan")
 
 
-def suite_client(server, users: int, processes: int, duration_s: int, tokens: int, out: str):
-    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+def suite_client(server, users: int, processes: int, duration_s: int, tokens: int, out: str, root: Path = ROOT):
+    cmd = [sys.executable, "-m", "locust", "-f", str(root / "locustfile.py"), "--host", server.url,
            "--headless", "-u", str(users), "-r", str(users), "-t", f"{duration_s}s", "--only-summary",
            "--max-tokens", str(tokens), "--prompt-tokens", "64", "--prompt-pool", "64",
            "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "30"]
     if processes > 1:
         cmd += ["--processes", str(processes)]
-    proc = run_traced(cmd)
+    proc = run_traced(cmd, cwd=root)
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-2000:])
     samples = pd.concat([pd.read_csv(f) for f in glob.glob(f"{out}/samples-*.csv")])
@@ -269,21 +270,22 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
             done, chunks, client_ttft, client_itl = guidellm_client(server, users, duration_s, tokens, ttft_ms,
                                                                     itl_ms, out)
         else:
-            done, chunks, client_ttft, client_itl = suite_client(server, users, processes, duration_s, tokens, out)
+            done, chunks, client_ttft, client_itl = suite_client(server, users, processes, duration_s, tokens, out,
+                                                                 BEFORE_ROOT if client == "before" else ROOT)
     log = server.log()
     true_ttft, true_itl = truth(log)
     start, end = min(r["recv"] for r in log), max(r["sends"][-1] for r in log if r["sends"])
     span = end - start
     served = sum(1 for r in log if r["sends"])
     label = {"vllm": "vllm", "aiperf": f"aiperf {VERSIONS.get('aiperf', '')}".strip(),
-             "guidellm": f"guidellm {VERSIONS.get('guidellm', '')}".strip()}.get(client, f"suite x{processes}")
+             "guidellm": f"guidellm {VERSIONS.get('guidellm', '')}".strip()}.get(client, f"{client} x{processes}")
     row = {"client": label, "streams": users, "trial": trial, "requests": done,
            "chunks/s": round(chunks / span) if span > 0 else 0,
            "client CPU us/chunk": round(cpu_between(start, end) / max(chunks, 1) * 1e6),
            # all in: the request's own cost and its chunks' (benchmarks/request_cost.py splits them)
            "client CPU us/request": round(cpu_between(start, end) / max(served, 1) * 1e6),
            "client CPU %": round(100 * cpu_between(start, end) / span) if span > 0 else 0}
-    if client == "suite" and LAGS:
+    if client in ("suite", "before") and LAGS:
         from vllm_locust.plugin.lifecycle.selfaudit import implied_lateness_ms
 
         row["loop lag p99 ms"] = round(float(np.percentile(LAGS, 99)), 2)
@@ -329,9 +331,11 @@ def main() -> None:
                         help="mock processes sharing one port (each records its own truth); 1: one, configured live")
     parser.add_argument("--server-cpus", default="", help="taskset CPU list for the mock processes (e.g. 0-7)")
     parser.add_argument("--client-cpus", default="", help="taskset CPU list for every client (e.g. 8-11)")
+    parser.add_argument("--before-root", type=Path, default=ROOT,
+                        help="the tree whose suite the client 'before' runs (an earlier commit, unpacked)")
     args = parser.parse_args()
-    global CLIENT_CPUS
-    CLIENT_CPUS = args.client_cpus
+    global CLIENT_CPUS, BEFORE_ROOT
+    CLIENT_CPUS, BEFORE_ROOT = args.client_cpus, args.before_root.resolve()
     clients = args.clients.split(",")
     for client in clients:
         if client not in CLIENTS:
@@ -350,7 +354,8 @@ def main() -> None:
         for n in args.streams.split(","):
             for trial in range(1, args.trials + 1):
                 for client in clients:
-                    for processes in ([int(p) for p in args.processes.split(",")] if client == "suite" else [1]):
+                    for processes in ([int(p) for p in args.processes.split(",")] if client in ("suite", "before")
+                                      else [1]):
                         rows.append(run_level(server, client, int(n), processes, args.duration, args.tokens,
                                               args.ttft_ms, args.itl_ms, trial))
                         print(rows[-1], file=sys.stderr, flush=True)
