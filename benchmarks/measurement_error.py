@@ -122,6 +122,7 @@ def pinned(cmd: list[str], cpus: str) -> list[str]:
 
 
 CLIENT_CPUS = ""  # --client-cpus: every client runs pinned there
+KEEP: Path | None = None  # --keep: where the suite's raw files of each run are kept
 
 
 CPU_TRACE: list[tuple[float, float]] = []  # (perf_counter s, CPU s of the client and its children)
@@ -173,6 +174,15 @@ def suite_client(server, users: int, processes: int, duration_s: int, tokens: in
     proc = run_traced(cmd, cwd=root)
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-2000:])
+    if KEEP is not None:  # --keep: the run's raw files, gzipped, for a closer look
+        import gzip
+        import shutil
+
+        kept = KEEP / f"{root.name}-{users}x{processes}-{len(list(KEEP.glob(f'{root.name}-{users}x{processes}-*'))) + 1}"
+        kept.mkdir(parents=True)
+        for f in glob.glob(f"{out}/*.csv") + glob.glob(f"{out}/*.json"):
+            with open(f, "rb") as src, gzip.open(kept / (Path(f).name + ".gz"), "wb") as dst:
+                shutil.copyfileobj(src, dst)
     samples = pd.concat([pd.read_csv(f) for f in glob.glob(f"{out}/samples-*.csv")])
     requests = pd.concat([pd.read_csv(f) for f in glob.glob(f"{out}/requests-*.csv")])
     done = succeeded(requests)
@@ -331,11 +341,12 @@ def main() -> None:
                         help="mock processes sharing one port (each records its own truth); 1: one, configured live")
     parser.add_argument("--server-cpus", default="", help="taskset CPU list for the mock processes (e.g. 0-7)")
     parser.add_argument("--client-cpus", default="", help="taskset CPU list for every client (e.g. 8-11)")
+    parser.add_argument("--keep", type=Path, help="keep each suite run's raw files here, gzipped")
     parser.add_argument("--before-root", type=Path, default=ROOT,
                         help="the tree whose suite the client 'before' runs (an earlier commit, unpacked)")
     args = parser.parse_args()
-    global CLIENT_CPUS, BEFORE_ROOT
-    CLIENT_CPUS, BEFORE_ROOT = args.client_cpus, args.before_root.resolve()
+    global CLIENT_CPUS, BEFORE_ROOT, KEEP
+    CLIENT_CPUS, BEFORE_ROOT, KEEP = args.client_cpus, args.before_root.resolve(), args.keep
     clients = args.clients.split(",")
     for client in clients:
         if client not in CLIENTS:

@@ -13,7 +13,8 @@
 # then one carrying .gpu-stage/d, .gpu-stage/e and .gpu-stage/before.tar.gz:
 #   bash .gpu-stage/d/install.sh && LEVEL=100 OUT=$OUT bash benchmarks/gpu/stalls.sh
 # and more calls with LEVEL=1000 (4 processes) or LEVEL=2000 (8 processes, cores 8-15).
-# Writes $OUT/host.txt and $OUT/streams-$LEVEL.md (the table), .log (each row as it came).
+# Writes $OUT/host.txt and $OUT/streams-$LEVEL.md (the table), .log (each row as it came); KEEP=1
+# keeps each suite run's raw files (gzipped) under $OUT/raw.
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:?OUT dir}
@@ -30,5 +31,8 @@ esac
 python3 benchmarks/measurement_error.py --streams "$level" --processes "$processes" --clients "${CLIENTS:-before,suite,vllm}" \
   --ttft-ms 50 --itl-ms 10 --tokens 128 --duration "${DURATION:-15}" --trials "${TRIALS:-2}" \
   --server-processes 8 --server-cpus 0-7 --client-cpus "$cpus" --before-root /tmp/before \
-  --out "$out/streams-$level.md" 2> "$out/streams-$level.log"
+  --out "$out/streams-$level.md" ${KEEP:+--keep "$out/raw"} 2> "$out/streams-$level.log"
 echo "exit $? after $SECONDS s" >> "$out/host.txt"
+if [ -n "${KEEP:-}" ]; then  # where each kept run's long gaps are
+  for d in "$out"/raw/*/; do echo "== $d"; python3 benchmarks/itl_tail.py "$d"; done > "$out/itl-tail-$level.txt" 2>&1
+fi
