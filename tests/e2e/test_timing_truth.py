@@ -1,5 +1,6 @@
 """The user's clock against the mock server in its own process: real SDK, real sockets, known truth."""
 
+import gc
 import time
 
 import gevent
@@ -7,6 +8,7 @@ import pytest
 
 from tests.unit.test_user import ITL_MS, TTFT_MS, by_name, make_env
 from vllm_locust.plugin.user import ChatStreamUser
+from vllm_locust.plugin.workload import settle_heap
 
 # Run alone (tests/parallel.py): the client's timing against an exact-timing mock, to the millisecond.
 pytestmark = pytest.mark.timing
@@ -22,12 +24,18 @@ def test_ttft_and_every_itl_within_1ms_of_server_truth(fake_server, tmp_path, en
     fake_server.configure(ttft_ms=TTFT_MS, itl_ms=ITL_MS)
     fired.clear()
     lags_ms: list[float] = []
+    # What a run does once its workload is built (``Workload.build_all``): what is alive is frozen
+    # out of later collections. Without it a full collection walked this pytest process's heap
+    # (a thousand tests' worth) mid-stream: one ~86 ms stall, 9 of 75 gaps a whole token late,
+    # while the probe's p95 stayed at 0.27 ms (seen twice, on clean clones).
+    settle_heap()
     probe = gevent.spawn(loop_lag_probe, lags_ms)
     try:
         for _ in range(5):
             user.stream_completion()
     finally:
         probe.kill()
+        gc.unfreeze()
     # The machine's own lateness while the requests ran, as the suite's self-audit measures it: a
     # 1 ms sleep that wakes late means every stamp taken then is late by as much, client or not.
     lags_ms.sort()
@@ -61,9 +69,15 @@ def test_ttft_and_every_itl_within_1ms_of_server_truth(fake_server, tmp_path, en
     median_itl = itl_errors[len(itl_errors) // 2]
     assert median_itl < 1.0 + lag_median, f"median ITL error {median_itl:.3f} ms {lag}"
     # Not the single worst: one wake-up delayed by another process on a shared 2-core machine
-    # (CI) is the machine's, and failed this now and then; a client error shows in many gaps.
+    # (CI) is the machine's, and failed this now and then; a client error shows in many gaps. A
+    # stall the probe saw (this process stopped: another process on its core, a collection) makes
+    # one gap long and the gaps it held back short: each is allowed its gaps, by its measured length
+    # (seen: one ~86 ms stall while a pandas job ran beside, 9 of 75 gaps off, the probe's p95 0.27 ms).
+    stalls = [x for x in lags_ms if x > 3.0]
+    allowed = len(itl_errors) // 20 + sum(int(x // ITL_MS) + 2 for x in stalls)
     off = sum(e > 3.0 + lag_p95 for e in itl_errors)
-    assert off <= len(itl_errors) // 20, f"{off} of {len(itl_errors)} ITL errors over {3.0 + lag_p95:.2f} ms {lag}: {itl_errors[-5:]}"
+    assert off <= allowed, f"{off} of {len(itl_errors)} ITL errors over {3.0 + lag_p95:.2f} ms {lag}, stalls {stalls}: {itl_errors[-5:]}"
+    assert itl_errors[-1] <= 3.0 + lag_p95 + max(stalls, default=0.0) + ITL_MS, f"worst ITL error {itl_errors[-1]:.2f} ms {lag}, stalls {stalls}"
     e2e, tpot = by_name(fired, "E2E"), by_name(fired, "TPOT")
     assert [e["response_length"] for e in e2e] == [16] * 5, "E2E carries usage.completion_tokens"
     for i in range(5):
