@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 import socket
 import time
 
@@ -41,6 +40,7 @@ from .webui import webtab
 from .clients import ClientFactory, RefusalWatch
 from .distributed.distribution import HELLO_MESSAGE, MasterSide, WorkerSide  # noqa: F401  (HELLO_MESSAGE: tests)
 from .lifecycle.failures import RunFailures, Verdict
+from .lifecycle.warmcaches import warm_inspect_cache, warm_platform_cache
 from .webui.liveview import LiveView
 from .records.loadrecord import LoadRecorder
 from .loads.openloop import OpenLoop
@@ -59,20 +59,6 @@ from .workload import Workload
 
 logger = logging.getLogger(__name__)
 QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai")
-
-
-def warm_platform_cache() -> None:
-    """Fill the standard library's platform caches before any user runs.
-
-    The ``openai`` SDK puts the OS in a header; the first lookup forks ``uname -p``, which under
-    gevent yields, so hundreds of users starting together each forked (512 users: 3.4 s of blocked
-    event loop before the first request). Done once here, it never forks again.
-    """
-    platform.platform()
-    try:
-        platform.freedesktop_os_release()
-    except OSError:
-        pass
 
 
 def process_worker_id() -> str:
@@ -131,7 +117,8 @@ class VllmPlugin:
         buckets.install()  # sub-millisecond live stats, on the master and every worker alike
         csvwriter.install(environment)  # --csv: Locust's writer stopped at quit, before its files close
         buckets.requests_only_total(environment.stats)  # header RPS = requests/s, not samples/s
-        warm_platform_cache()
+        warm_platform_cache()  # and inspect's module cache (``warmcaches``): no stall when a user forks or the run stops
+        warm_inspect_cache()
         options = environment.parsed_options
         # The steps shape applies to --steps or several rates (or one rate without -u/-t: one
         # step), set anywhere Locust reads options (command line, LOCUST_*, locust.conf);
