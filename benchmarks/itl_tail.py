@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import argparse
 import glob
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from vllm_locust.core.schema import ITL, MEASURED  # noqa: E402
 
 
 def main() -> None:
@@ -30,8 +35,8 @@ def main() -> None:
     s = pd.concat(pd.read_csv(f) for f in files)
     requests = pd.concat(pd.read_csv(f) for f in glob.glob(str(args.dir / "requests-*.csv*")))
     ok = requests.loc[requests["kind"] == "ok", "request_id"]  # what the analysis counts (no interrupted stream)
-    s = s[(s["phase"] == "measured") & s["request_id"].isin(ok)].sort_values("t_s")
-    itl = s[s["metric"] == "ITL"].copy()
+    s = s[(s["phase"] == MEASURED) & s["request_id"].isin(ok)].sort_values("t_s")
+    itl = s[s["metric"] == ITL].copy()
     itl["k"] = itl.groupby("request_id").cumcount()  # the gap's place in its request
     itl["next"] = itl.groupby("request_id")["value_ms"].shift(-1)
     v = itl["value_ms"].to_numpy()
