@@ -76,3 +76,21 @@ def test_processes_csv_writer_never_writes_to_closed_files_and_keeps_the_final_c
     history = table(tmp_path / "x_stats_history.csv")
     assert len(history) >= 3 and history[-1]["Name"] == "Aggregated"
     assert table(tmp_path / "x_failures.csv") == [] and table(tmp_path / "x_exceptions.csv") == []
+
+
+def test_processes_auto_runs_one_process_for_a_few_streams_and_says_so(tmp_path):
+    """``--processes auto`` through real Locust: parsed, resolved before Locust would fork, said once.
+    (A count above one needs more cores than CI's two: the unit tests cover the rule.)"""
+    from tests.conftest import headless, request_rows
+
+    server = start_fake_server()
+    try:
+        server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+        proc = headless(server.url, tmp_path, "--processes", "auto", "-u", "3", "-r", "3", "-t", "2s", *LOAD)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "--processes auto:" in line]
+    assert len(said) == 1 and "one process for 3 streams" in said[0], proc.stderr[-3000:]
+    rows = request_rows(tmp_path)
+    assert len(rows) > 0 and rows["worker_id"].nunique() == 1

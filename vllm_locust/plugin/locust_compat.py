@@ -12,7 +12,8 @@ What is private, and why:
 - the CSV writer's rewrite pass (``csv_writer_pass``: the final stats written before Locust
   closes its files);
 - a master's dispatched users (``dispatched_users``: its workers' reports come a second later);
-- the TaskSet's sleep between tasks (``replace_taskset_sleep``: one trip through the loop less).
+- the TaskSet's sleep between tasks (``replace_taskset_sleep``: one trip through the loop less);
+- ``--processes``'s type (``accept_processes_auto``: ``auto`` beside Locust's integer).
 
 The RPC part:
 
@@ -396,4 +397,18 @@ def replace_taskset_sleep(user, sleep) -> bool:
     if taskset is None or type(taskset)._sleep is not TaskSet._sleep:
         return False
     taskset._sleep = sleep
+    return True
+
+
+def accept_processes_auto(parser, converter) -> bool:
+    """Give Locust's ``--processes`` option ``converter`` as its type (it takes ``auto`` as well as
+    an integer, from the command line, ``LOCUST_PROCESSES`` or a config file alike); False where
+    it cannot (an unverified Locust: ``auto`` is refused as Locust refuses any non-integer)."""
+    if not VERIFIED:
+        _public_path("--processes auto")
+        return False
+    action = getattr(parser, "_option_string_actions", {}).get("--processes")
+    if action is None:
+        return False
+    action.type = converter
     return True

@@ -186,8 +186,10 @@ def add_options(parser) -> None:
     # Locust's web UI listens on every interface by default; a load tester's UI starts runs and
     # shows the target, so it listens on loopback unless --web-host (LOCUST_WEB_HOST) says otherwise.
     parser.set_defaults(web_host="127.0.0.1")
+    from .distributed import processcount
     from .distributed.peers import settle_channel
 
+    processcount.accept(parser)  # --processes auto
     settle_channel(parser)  # a master listens on 127.0.0.1 by default; --worker-token secures its channel
 
 

@@ -38,6 +38,7 @@ from locust.runners import WorkerRunner
 from .records import buckets, csvwriter
 from .webui import webtab
 from .clients import ClientFactory, RefusalWatch
+from .distributed import processcount
 from .distributed.distribution import HELLO_MESSAGE, MasterSide, WorkerSide  # noqa: F401  (HELLO_MESSAGE: tests)
 from .lifecycle.failures import RunFailures, Verdict
 from .lifecycle.warmcaches import warm_inspect_cache, warm_platform_cache
@@ -130,6 +131,8 @@ class VllmPlugin:
                 environment.shape_class = None
             elif steps_note(options) and not isinstance(environment.runner, WorkerRunner):
                 logger.info("%s", steps_note(options))
+        if processcount.DECIDED and not isinstance(environment.runner, WorkerRunner):
+            logger.info("%s", processcount.DECIDED[0])
         personas = install_personas(environment)  # before any user: a bad file is exit 2 here
         plugin = cls(environment, personas=personas)
         if environment.shape_class is None:
