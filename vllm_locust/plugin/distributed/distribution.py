@@ -9,8 +9,9 @@ the rest with each stats report), the live values with each report, and the flus
 (last stats, then ``FLUSHED_MESSAGE``: messages keep their order).
 
 Rows leave a worker in small messages through the run, not all with the report every 3 s: at
-1,000 streams a report carried about 72,000 rows, and packing and sending them stopped the
-worker's event loop for 5-20 ms every 3 s, late stamps on every stream at once.
+1,000 streams a report carries about 72,000 rows, and each worker's loop showed 5-20 ms spikes
+every 3 s (issue 41; inferred from their period, not profiled), a late stamp on every stream at
+once. On the lent host the change stayed within two trials' spread (docs/benchmark.md).
 """
 
 from __future__ import annotations
