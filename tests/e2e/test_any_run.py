@@ -64,7 +64,7 @@ def test_a_plain_steps_run_gives_one_summary_row_per_step(steps_run):
     rps = summary.set_index(SUMMARY.concurrency)[SUMMARY.requests_per_s]
     requests = pd.concat(pd.read_csv(f) for f in steps_run.glob("requests-*.csv"))
     for level in (1, 3):
-        assert 3.5 < seconds[level] < 6, f"a measured step of --step-duration 4: {seconds}"
+        assert 2 < seconds[level] < 8, f"a measured step of --step-duration 4 (the shape ticks once a second): {seconds}"
         completed = rps[level] * seconds[level]
         ok = ((requests["concurrency"] == level) & (requests["kind"] == "ok")).sum()  # warm-up sends may end inside
         assert abs(completed - round(completed)) < 1e-6 and 0 < round(completed) <= ok, (level, completed, ok)
