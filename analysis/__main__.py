@@ -24,6 +24,7 @@ from .advice import client_lag_advice
 from .csvtext import csv_text
 from .attribution import attribution_table
 from .benchjson import export_runs, import_specs
+from .calibration import calibration_lines, note_verdicts, with_calibration
 from .checklist import checklist
 from .load import AnalysisError, failed_runs, load_runs
 from .report import ReportInput, write_reports
@@ -121,9 +122,9 @@ def analyse(args) -> int:
     baseline = pick_baseline(sorted(samples[IDS.profile].unique()), args.baseline)
     rule = Rule(max_throughput_drop_pct=args.max_throughput_drop, bootstrap=args.bootstrap, seed=args.seed,
                 slo=slo, on=args.rule)
-    summary = summarize(samples, requests, run_frame, slo, args.max_send_lateness_ms)
+    summary = with_calibration(summarize(samples, requests, run_frame, slo, args.max_send_lateness_ms), runs)
     comparison = compare(samples, run_frame, baseline, rule, requests)
-    per_level = verdicts(comparison, rule, trust_of(summary), baseline)
+    per_level = note_verdicts(verdicts(comparison, rule, trust_of(summary), baseline), summary, baseline)
     personas = by_persona(runs, samples, requests, rule, baseline, args.max_client_lag_ms, args.max_send_lateness_ms)
     if args.every_persona_within_slo:
         if not has_personas(requests):
@@ -160,11 +161,13 @@ def analyse(args) -> int:
         attribution=attribution_table(summary, server),
         checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
         samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted, markers=tidy_markers(runs),
-        extra_notes=[model_note] if model_note else [], failed=failed, max_client_lag_ms=args.max_client_lag_ms,
+        extra_notes=[*([model_note] if model_note else []), *calibration_lines(runs)], failed=failed, max_client_lag_ms=args.max_client_lag_ms,
         by_turn=turns, turn_notes=[*turn_lines(turns, summary), *([trimmed] if trimmed else [])],
         personas=persona_sections(personas, baseline), every_persona=bool(args.every_persona_within_slo and personas.judged)))
     for row in failed.itertuples():
         print(f"failed run (left out): {row.run}: {row.reason}")
+    for line in calibration_lines(runs):
+        print(line)
     worse_at = worse_lines(comparison)
     for profile, verdict in sorted(result.items()):
         note = (f" (UNTRUSTED at {', '.join(untrusted[profile])}: the client fell behind or did not send the asked load)"

@@ -40,6 +40,7 @@ class Run:
     asked: dict = field(default_factory=dict)  # the workload the load record says was asked (options)
     windows: list = field(default_factory=list)  # (start_s, end_s) the load record held the measured phase
     personas: list = field(default_factory=list)  # --personas: the load record's {name, weight, slo, ...} entries
+    calibration: dict = field(default_factory=dict)  # --calibrate: the load record's error budget (core.calibration)
 
     @property
     def profile(self) -> str:
@@ -199,8 +200,9 @@ def read_run(directory: Path) -> Run:
     asked = next((load.get("workload") or {} for load in loads if load.get("workload")), {})
     windows = [span for load in loads for span in measured_spans(load, any_level=True)]
     personas = next((list(load.get("personas") or []) for load in loads if load.get("personas")), [])
+    calibration = next((dict(load["calibration"]) for load in loads if load.get("calibration")), {})
     return Run(directory, record, samples, requests, _metrics(directory), manifest, _read_client(directory), markers,
-               asked, windows, personas)
+               asked, windows, personas, calibration)
 
 
 def measured_spans(load_record: dict, step=None, concurrency=None, any_level: bool = False) -> list[tuple[float, float]]:
@@ -264,7 +266,8 @@ def read_recording(directory: Path, label: str) -> list[Run]:
         c = client[(client[CLIENT.run_id] == run_id) & (client[CLIENT.concurrency] == concurrency)
                    & (client[CLIENT.step].fillna(-1) == (-1 if step is None else step))] if not client.empty else client
         runs.append(Run(directory, record, s, r, metrics, {}, c, list(load.get("markers") or []),
-                        dict(load.get("workload") or {}), windows, list(load.get("personas") or [])))
+                        dict(load.get("workload") or {}), windows, list(load.get("personas") or []),
+                        dict(load.get("calibration") or {})))
     return runs
 
 

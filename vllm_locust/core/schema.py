@@ -230,6 +230,9 @@ class LoadRecord:
     # --personas: {name, weight, overrides (option dest -> value), slo ("ttft:500,itl:50" or "")} per
     # persona, in the file's order; empty without personas
     personas: list[dict] = field(default_factory=list)
+    # --calibrate: the client's error budget against the exact-timing mock before the load
+    # (``core.calibration``: streams, processes, ttft/itl p50/p95/p99 errors, CPU a chunk); empty without
+    calibration: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -360,7 +363,9 @@ PART_SUMMARISED = tuple(MetricSummary(metric, (50, 95, 99), mean=True) for metri
 # Columns the summary gets only where they apply: ITL per part, and inputs embedded per second of the
 # measured window (the embeddings endpoint: its rows' content_chunks are the inputs each request embedded).
 OPTIONAL_SUMMARY = Columns(*(column for summarised in PART_SUMMARISED for column in summarised.columns()),
-                           "inputs_per_s")
+                           "inputs_per_s",
+                           # --calibrate: the client's p95 error at this run's load (core.calibration), per level
+                           "calibrated_ttft_p95_error_ms", "calibrated_itl_p95_error_ms")
 
 SUMMARY = Columns(
     "profile", "request_rate", "concurrency", "repeats", "requests", "failures", "failure_kinds", "interrupted",

@@ -119,6 +119,15 @@ OPTIONS = [
                                      "vLLM). Off by default: on an H200 it slowed vLLM's API server (p95 ITL x4 at 128 streams)")),
     ("--max-loop-lag-ms", dict(type=float, default=2.0, env_var="LOCUST_MAX_LOOP_LAG_MS",
                                help="Warn at the end when this process's event-loop lag p99 exceeded this (its numbers are late)")),
+    ("--calibrate", dict(action="store_true", default=False, env_var="LOCUST_CALIBRATE",
+                         help="Before the load, run this client against the exact-timing mock on this machine at the "
+                              "run's streams and processes for --calibrate-seconds: its TTFT/ITL error budget goes in "
+                              "the run record and the report (not counted in -t)")),
+    ("--calibrate-seconds", dict(type=float, default=8.0, env_var="LOCUST_CALIBRATE_SECONDS",
+                                 help="--calibrate: seconds the calibration's load runs")),
+    ("--calibrate-itl-ms", dict(type=float, default=10.0, env_var="LOCUST_CALIBRATE_ITL_MS",
+                                help="--calibrate: the mock's gap between chunks, ms (its TTFT is 50 ms); the chunk "
+                                     "rate calibrated is streams / ITL")),
     ("--tokenizer", dict(default="", env_var="LOCUST_TOKENIZER",
                          help="Local tokenizer.json (or its dir) for servers without /tokenize")),
     ("--prompt-cache-dir", dict(default=DEFAULT_CACHE_DIR, env_var="LOCUST_PROMPT_CACHE_DIR",

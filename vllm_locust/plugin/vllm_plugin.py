@@ -8,6 +8,7 @@ adds its own listeners to ``environment.events``:
 - ``failures``: ``RunFailures`` (stop the run: one line, exit 2) and ``Verdict`` (the exit code at stop)
 - ``runstate``: the run state (run id, phase, concurrency, step, schedule), broadcast to workers
 - ``runstart``: the deciding process's checks before anything is sent, and the run id
+- ``calibration``: ``--calibrate``, the client's error at this load against the exact-timing mock
 - ``personas``: ``--personas`` as user classes (made at ``init``) and each persona's checks at start
 - ``openloop``: the arrival schedule and this process's pacer
 - ``tracereplay``: a trace's schedule (its own send times) and the run's end when the trace ends
@@ -40,6 +41,7 @@ from .webui import webtab
 from .clients import ClientFactory, RefusalWatch
 from .distributed import processcount
 from .distributed.distribution import HELLO_MESSAGE, MasterSide, WorkerSide  # noqa: F401  (HELLO_MESSAGE: tests)
+from .lifecycle.calibration import Calibration
 from .lifecycle.failures import RunFailures, Verdict
 from .lifecycle.warmcaches import warm_inspect_cache, warm_platform_cache
 from .webui.liveview import LiveView
@@ -71,7 +73,7 @@ class VllmPlugin:
     """The suite's concerns for one Locust process, attached to its ``Environment``."""
 
     ATTRIBUTE = "vllm_locust"
-    PARTS = ("failures", "clock", "run", "start", "persona_start", "workload", "gate", "view", "master", "open_loop", "trace",
+    PARTS = ("failures", "clock", "run", "start", "calibration", "persona_start", "workload", "gate", "view", "master", "open_loop", "trace",
              "self_audit", "recording", "worker", "verdict", "record")  # the order their listeners are added (see the module's docstring)
 
     def __init__(self, environment, worker_id: str | None = None, personas: list | None = None):
@@ -83,6 +85,7 @@ class VllmPlugin:
         self.failures = RunFailures(environment)
         self.run = RunStateBroadcast(environment)
         self.start = RunStart(environment, self.run, self.failures)
+        self.calibration = Calibration(environment, self.run, self.failures)
         self.persona_start = PersonaStart(environment, self.run, self.failures, self.personas)
         self.clients = ClientFactory(environment)
         self.refusals = RefusalWatch(environment, self.failures)
@@ -97,7 +100,7 @@ class VllmPlugin:
         self.master = MasterSide(environment, self.run, self.view, self.failures, peers)
         self.worker = WorkerSide(environment, self.worker_id, peers, self.recording, self.view)
         self.verdict = Verdict(environment, self.run)
-        self.record = LoadRecorder(environment, self.run, self.view, self.master.roster)
+        self.record = LoadRecorder(environment, self.run, self.view, self.master.roster, self.calibration)
         setattr(environment, self.ATTRIBUTE, self)
         parts = [getattr(self, name) for name in self.PARTS]
         for part in parts:

@@ -24,8 +24,9 @@ SECRET_WORDS = ("key", "auth", "password", "token")
 class LoadRecorder:
     """Writes the run's load record at test stop, then ends the run state."""
 
-    def __init__(self, environment, run, view, roster):
+    def __init__(self, environment, run, view, roster, calibration=None):
         self.environment = environment
+        self.calibration = calibration  # --calibrate: the client's error budget (``lifecycle.calibration``)
         self.run = run
         self.view = view  # its markers
         self.roster = roster  # the master's workers
@@ -56,7 +57,8 @@ class LoadRecorder:
             runner=type(runner).__name__ if runner is not None else "", versions=versions(),
             markers=list(self.view.markers), workers=self.roster.as_list(), client_host=socket.gethostname(),
             cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
-            personas=[p.as_dict() for p in getattr(getattr(self.environment, "vllm_locust", None), "personas", ())])
+            personas=[p.as_dict() for p in getattr(getattr(self.environment, "vllm_locust", None), "personas", ())],
+            calibration=self.calibration.as_record() if self.calibration is not None else {})
 
     def write(self) -> None:
         directory = self.environment.parsed_options.samples_dir
