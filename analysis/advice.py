@@ -14,10 +14,24 @@ import math
 FULL_CORE_PCT = 80.0  # the client process at this share of one core or more: it was short of CPU itself
 
 
-def client_lag_advice(loop_lag_p99_ms: float, cpu_max_pct: float | None, max_lag_ms: float) -> str:
-    """One sentence for a run (or level) whose loop-lag p99 exceeded ``max_lag_ms``: what was
-    measured (lag, the process's peak CPU share) and the remedy that fits it."""
-    lag = f"loop lag p99 {loop_lag_p99_ms:.1f} ms (over {max_lag_ms:g} ms)"
+def lag_text(loop_lag_p99_ms: float, implied_itl_ms: float | None = None, implied_ttft_ms: float | None = None,
+             max_lag_ms: float = 0.0) -> str:
+    """What was measured of a run's loop: its lag p99, the errors that implies (``core.trust``), and a
+    user's own lag ceiling where one was set and passed."""
+    from vllm_locust.core.trust import ImpliedErrors
+
+    text = f"loop lag p99 {loop_lag_p99_ms:.1f} ms"
+    known = [v for v in (implied_itl_ms, implied_ttft_ms) if v is not None and not math.isnan(v)]
+    if len(known) == 2:
+        text += ": " + ImpliedErrors(float(implied_itl_ms), float(implied_ttft_ms)).text()
+    if max_lag_ms and max_lag_ms > 0 and loop_lag_p99_ms > max_lag_ms:
+        text += f" (over the ceiling of {max_lag_ms:g} ms asked)"
+    return text
+
+
+def client_lag_advice(lag: str, cpu_max_pct: float | None) -> str:
+    """One sentence for a run (or level) whose client was not trusted: what was measured (``lag_text``,
+    the process's peak CPU share) and the remedy that fits it."""
     if cpu_max_pct is None or (isinstance(cpu_max_pct, float) and math.isnan(cpu_max_pct)):
         return (f"{lag}; the client's CPU share was not recorded, so whether the client process or the machine "
                 "was short cannot be told: look at what else ran on the client's cores before adding worker processes")

@@ -7,9 +7,10 @@ import pandas as pd
 import numpy as np
 
 from vllm_locust.core.schema import IDS, PER_RUN, REQUEST
+from vllm_locust.core import trust
 from vllm_locust.core.sources import shares_prefixes
 
-from .advice import client_lag_advice
+from .advice import client_lag_advice, lag_text
 from .load import Run
 from .server import increase
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, client_audit
@@ -106,13 +107,15 @@ def checklist(runs: list[Run], requests: pd.DataFrame, max_client_lag_ms: float 
     repeats = sorted({int(r.record.get("repeat", 1)) for r in runs})
     items.append(("Three or more repeats per point", max(repeats) >= 3, f"{max(repeats)} repeat(s) per point"))
     audits = {r.run_key: client_audit(measured(r.client), max_client_lag_ms) for r in runs if not r.client.empty}
-    late = [f"{k} ({client_lag_advice(a[PER_RUN.client_loop_lag_p99_ms], a[PER_RUN.client_cpu_max_pct], max_client_lag_ms)})"
+    late = [f"{k} ({client_lag_advice(lag_text(a[PER_RUN.client_loop_lag_p99_ms], a[PER_RUN.client_implied_itl_p95_error_ms], a[PER_RUN.client_implied_ttft_p95_error_ms], max_client_lag_ms), a[PER_RUN.client_cpu_max_pct])})"
             for k, a in audits.items() if a[PER_RUN.client_trusted] is False]
     warned = [f"{r.run_key} (Locust CPU warning)" for r in runs if _locust_cpu_warned(r)]
     late += warned
     unaudited = [r.run_key for r in runs if r.client.empty]
-    items.append(("Load generator kept up (event-loop lag p99 within "
-                  f"{max_client_lag_ms:g} ms, no Locust CPU warning)",
+    items.append(("Load generator kept up (the errors its event-loop lag implies within "
+                  f"{trust.ITL_LIMIT_MS:g} ms at ITL p95 and {trust.TTFT_LIMIT_MS:g} ms at TTFT p95"
+                  + (f", lag p99 within {max_client_lag_ms:g} ms" if max_client_lag_ms and max_client_lag_ms > 0 else "")
+                  + ", no Locust CPU warning)",
                   (not late) if not unaudited or late else None,
                   ("every run" if not late else
                    f"fell behind in {', '.join(late)}: chunks waited in the client, so its TTFT/ITL there are not "

@@ -16,7 +16,7 @@ import pandas as pd
 from vllm_locust.core.schema import E2E, E2E_FROM_INTENDED, SUMMARY, TTFT, TTFT_FROM_INTENDED, level_name, pct_col, write_atomic
 from vllm_locust.core.schema import OPTIONAL_SUMMARY, PART_SUMMARISED
 
-from .advice import client_lag_advice
+from .advice import client_lag_advice, lag_text
 from .figures import (markers_in_windows, plot_distributions, plot_forest, plot_p95, plot_timeline,  # noqa: F401
                       png, profile_colors, wide_range)
 from .markup import TABLE_CSS, cells, fmt_number, html_table, html_text, md_table, md_text  # noqa: F401
@@ -24,12 +24,14 @@ from .notes import coalesced_gap_notes, delivered_token_notes, number_notes  # n
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS
 from .verdict import Rule
 
-TRUST_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.client_trusted, SUMMARY.client_loop_lag_p99_ms, SUMMARY.client_cpu_max_pct,
+TRUST_SHOWN = [SUMMARY.profile, SUMMARY.request_rate, SUMMARY.concurrency, SUMMARY.client_trusted, SUMMARY.client_loop_lag_p99_ms,
+               SUMMARY.client_implied_itl_p95_error_ms, SUMMARY.client_implied_ttft_p95_error_ms, SUMMARY.client_cpu_max_pct,
                SUMMARY.client_spawn_to_send_max_ms, SUMMARY.client_minus_server_ttft_ms, SUMMARY.client_minus_server_itl_ms,
                SUMMARY.chunks_per_token, SUMMARY.p50_itl_ms, SUMMARY.p50_itl_per_token_ms, SUMMARY.p95_itl_per_token_ms, SUMMARY.prefix_cache_hit_rate]
 TRUST_TEXT = ("Each Locust process timed its own event loop (a 10 ms timer's lateness) during the measured phase: "
-              "a chunk is stamped only when the loop gets to it, so a loop-lag p99 over the threshold means TTFT and "
-              "ITL include the client's lateness (untrusted). Why it ran late shows in the client process's own CPU "
+              "a chunk is stamped only when the loop gets to it, so the lag implies how far off TTFT and ITL are "
+              "(implied errors: a fit of real errors against an exact-timing server, vllm_locust/core/trust.py); "
+              "past their limits the numbers include the client's lateness (untrusted). Why it ran late shows in the client process's own CPU "
               "share (client_cpu_max_pct, percent of one core): near a full core the client was short of CPU and more "
               "worker processes help; well below it, something else on the machine held its core, and the advice "
               "below each such level says so. CPU share alone misses bursty overload. "
@@ -153,7 +155,8 @@ def sections(r: ReportInput, figures: dict[str, bytes], forest) -> list[tuple[st
                 ("image", "effect-sizes")] if forest is not None else [])
     late = summary[summary[SUMMARY.client_trusted] == False]  # noqa: E712 (None: not audited)
     advice = [(f"{row.profile} {level_name(row.request_rate, row.concurrency)}",
-               client_lag_advice(row.client_loop_lag_p99_ms, row.client_cpu_max_pct, r.max_client_lag_ms))
+               client_lag_advice(lag_text(row.client_loop_lag_p99_ms, row.client_implied_itl_p95_error_ms,
+                                          row.client_implied_ttft_p95_error_ms, r.max_client_lag_ms), row.client_cpu_max_pct))
               for row in late.itertuples()]
     # open loop by its rows (send lateness), not by an asked rate: a trace replay asks none
     open_loop = summary[summary[SUMMARY.p99_send_lateness_ms].notna()]

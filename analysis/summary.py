@@ -5,8 +5,9 @@ tokens (``usage.completion_tokens``) and requests completed in the measured wind
 Where they apply (and only there: a run of plain streams keeps ``SUMMARY``'s columns), ITL per stream
 part (``PART_SUMMARISED``: reasoning, answer) and, for the embeddings endpoint, inputs embedded per
 second of the measured window (``inputs_per_s``) follow the fixed columns.
-Each run also carries the client's audit of itself: a run whose event loop ran late (loop-lag p99
-over ``max_client_lag_ms``) measured its own lateness, not the server's, and is marked untrusted.
+Each run also carries the client's audit of itself: a run whose event loop ran so late that the
+errors it implies pass their limits (``core.trust``) measured its own lateness, not the server's,
+and is marked untrusted.
 """
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ from vllm_locust.core.schema import (CLIENT, CPU_PCT, E2E_FROM_INTENDED, IDS, IT
                                      PART_SUMMARISED, PER_RUN, REQUEST, RUN, SAMPLE, SPAWN_TO_SEND_MS, SUMMARISED, SUMMARY,
                                      TTFT, TTFT_FROM_INTENDED, mean_col, pct_col)
 
+from vllm_locust.core.trust import implied_errors
+
 from . import server as server_stats
 from .goodput import Slo, from_intended, goodput
 from .stats import percentiles
 from .tidy import (at_level, failed, failure_kinds, interrupted, output_tokens, succeeded, successful_samples, tidy_client,
                    tidy_completions, tidy_requests, tidy_samples, tidy_server)
 
-# 2 ms: on the H200 the suite agreed with vLLM's client on ITL at loop-lag p99 1.1-1.8 ms, and
-# read p95 ITL 33% high at 4.5 ms; an idle 2-core VM's own wake-up floor is about 1.1 ms.
-DEFAULT_MAX_CLIENT_LAG_MS = 2.0
+# The trust rule is core.trust's (the errors a run's loop lag implies, fitted on real errors); a
+# positive --max-client-lag-ms adds a ceiling on the lag's p99 of the user's own. 0: the rule alone.
+DEFAULT_MAX_CLIENT_LAG_MS = 0.0
 # Open loop: a run whose send lateness p99 exceeds this did not deliver the asked load. 10 ms: on
 # this 2-core VM an idle client sends 0.9 ms (timer wake-up) + 1.5 ms (the SDK builds the request)
 # after the instant; a backlog (every user busy) shows as seconds.
@@ -67,18 +70,24 @@ def measured_window(samples: pd.DataFrame, requests: pd.DataFrame) -> tuple[floa
     return start, float(samples[SAMPLE.t_s].max())
 
 
-def client_audit(client: pd.DataFrame, max_lag_ms: float) -> dict:
-    """One run's audit: loop-lag p99 (over every process's ticks), peak CPU, slowest user start."""
+def client_audit(client: pd.DataFrame, max_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS) -> dict:
+    """One run's audit: loop-lag p99 and the errors it implies (over every process's ticks), peak
+    CPU, slowest user start; untrusted where an implied error passes its limit (``core.trust``) or,
+    with a positive ``max_lag_ms``, the lag's p99 passes that."""
     def values(metric):
         return client.loc[client[CLIENT.metric] == metric, CLIENT.value].to_numpy(dtype=float)
 
     lag, cpu, spawn = values(LOOP_LAG_MS), values(CPU_PCT), values(SPAWN_TO_SEND_MS)
     p99 = float(np.percentile(lag, 99)) if len(lag) else float("nan")
+    implied = implied_errors(list(lag))
+    trusted = None if implied is None else bool(implied.trusted and not (max_lag_ms and max_lag_ms > 0 and p99 > max_lag_ms))
     return {PER_RUN.client_loop_lag_p99_ms: p99,
+            PER_RUN.client_implied_itl_p95_error_ms: implied.itl_p95_ms if implied else float("nan"),
+            PER_RUN.client_implied_ttft_p95_error_ms: implied.ttft_p95_ms if implied else float("nan"),
             PER_RUN.client_cpu_max_pct: float(cpu.max()) if len(cpu) else float("nan"),
             PER_RUN.client_spawn_to_send_max_ms: float(spawn.max()) if len(spawn) else float("nan"),
             # no audit rows (a run recorded before the audit existed): unknown, not untrusted
-            PER_RUN.client_trusted: bool(p99 <= max_lag_ms) if len(lag) else None}
+            PER_RUN.client_trusted: trusted}
 
 
 def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame, durations: dict,
@@ -202,6 +211,8 @@ def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame,
         row[SUMMARY.client_minus_server_ttft_ms] = row[mean_col(TTFT)] - row[SUMMARY.server_ttft_mean_ms]
         row[SUMMARY.client_minus_server_itl_ms] = row[mean_col(ITL)] - row[SUMMARY.server_itl_mean_ms]
         row[SUMMARY.client_loop_lag_p99_ms] = float(per[PER_RUN.client_loop_lag_p99_ms].max())
+        row[SUMMARY.client_implied_itl_p95_error_ms] = float(per[PER_RUN.client_implied_itl_p95_error_ms].max())
+        row[SUMMARY.client_implied_ttft_p95_error_ms] = float(per[PER_RUN.client_implied_ttft_p95_error_ms].max())
         row[SUMMARY.client_cpu_max_pct] = float(per[PER_RUN.client_cpu_max_pct].max())
         row[SUMMARY.client_spawn_to_send_max_ms] = float(per[PER_RUN.client_spawn_to_send_max_ms].max())
         trusted = per[PER_RUN.client_trusted].dropna()

@@ -74,46 +74,29 @@ def raw_socket_floor(server, ttft_ms: float, itl_ms: float, tokens: int, n: int 
 
 
 class MockPool:
-    """``n`` exact-timing mock processes sharing one port (``SO_REUSEPORT``), for event rates one
-    Python process cannot write on time (1,000 streams at 10 ms: 100,000 chunks/s). Each writes its
-    own record on SIGTERM (``--record``); the truth is all of them. The script is set by restarting
-    them (``POST /_config`` would reach only one)."""
+    """The exact-timing mock of high event rates (``mock/exact.py``): ``n`` event-loop processes on
+    one port, each recording its own truth (1,000 streams at 10 ms: 100,000 chunks/s, which one
+    thread per stream cannot write on time). The script is set by restarting them."""
 
-    def __init__(self, n: int, cpus: str = ""):
-        from launch.sweep import free_port
-
-        self.n, self.cpus, self.port = n, cpus, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.procs: list[subprocess.Popen] = []
-        self.records: list[Path] = []
-        self.dir = tempfile.mkdtemp(prefix="mock-pool-")
+    def __init__(self, n: int, cpus: str = "", spin: bool = True):
+        self.n, self.cpus, self.spin = n, cpus, spin
+        self.pool = None
+        self.url = ""
 
     def configure(self, ttft_ms: float, itl_ms: float, tokens: int) -> None:
+        from vllm_locust.mock.exact import ExactPool
+
         self.stop()
-        self.records = [Path(self.dir) / f"mock-{i}.json" for i in range(self.n)]
-        for record in self.records:
-            record.unlink(missing_ok=True)
-            cmd = [sys.executable, "-m", "vllm_locust.mock.server", "--port", str(self.port), "--reuse-port",
-                   "--ttft-ms", f"{ttft_ms:g}", "--itl-ms", f"{itl_ms:g}", "--tokens", str(tokens),
-                   "--record", str(record)]
-            proc = subprocess.Popen(pinned(cmd, self.cpus), cwd=ROOT, stdout=subprocess.PIPE, text=True)
-            if not proc.stdout.readline().startswith("PORT "):
-                raise SystemExit("a mock process did not start")
-            self.procs.append(proc)
+        self.pool = ExactPool(self.n, ttft_ms, itl_ms, tokens, cpus=self.cpus, spin=self.spin)
+        self.url, self.port = self.pool.url, self.pool.port
 
     def log(self) -> list[dict]:
         """Every process's record (they are stopped; ``configure`` starts them again)."""
-        import json
-
-        self.stop()
-        return [r for record in self.records if record.exists() for r in json.loads(record.read_text())["requests"]]
+        return self.pool.log() if self.pool is not None else []
 
     def stop(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            proc.wait(timeout=60)
-        self.procs = []
+        if self.pool is not None:
+            self.pool.stop()
 
 
 def pinned(cmd: list[str], cpus: str) -> list[str]:
@@ -123,6 +106,7 @@ def pinned(cmd: list[str], cpus: str) -> list[str]:
 
 CLIENT_CPUS = ""  # --client-cpus: every client runs pinned there
 KEEP: Path | None = None  # --keep: where the suite's raw files of each run are kept
+SERIES: Path | None = None  # --lag-series: where each suite run's loop-lag series and real errors are appended
 
 
 CPU_TRACE: list[tuple[float, float]] = []  # (perf_counter s, CPU s of the client and its children)
@@ -296,13 +280,17 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
            "client CPU us/request": round(cpu_between(start, end) / max(served, 1) * 1e6),
            "client CPU %": round(100 * cpu_between(start, end) / span) if span > 0 else 0}
     if client in ("suite", "before") and LAGS:
-        from vllm_locust.plugin.lifecycle.selfaudit import implied_lateness_ms
+        from vllm_locust.core.trust import implied_errors, implied_lateness_ms
 
         # the lag's shape, for calibrating the trust rule against the errors beside it
         for q in (50, 95, 99, 99.9):
             row[f"loop lag p{q:g} ms"] = round(float(np.percentile(LAGS, q)), 2)
         row["loop lag mean ms"] = round(float(np.mean(LAGS)), 3)
         row["lag-implied p95 ms"] = round(implied_lateness_ms(LAGS, 0.95), 2)
+        implied = implied_errors(LAGS)  # the trust rule (core/trust.py): warned or not, beside the real errors
+        row["implied ITL p95 error ms"], row["implied TTFT p95 error ms"] = (round(implied.itl_p95_ms, 2),
+                                                                           round(implied.ttft_p95_ms, 2))
+        row["suite warned"] = not implied.trusted
         pauses, shares = GC.get("gc_pause_ms", []), GC.get("gc_ms_per_s", [])
         row["gc pauses >=1 ms or full"] = len(pauses)
         row["gc pause max ms"] = round(max(pauses), 2) if pauses else 0.0
@@ -312,15 +300,23 @@ def run_level(server, client: str, users: int, processes: int, duration_s: int, 
     row["TTFT mean error ms"] = round(float(np.mean(client_ttft) - np.mean(true_ttft)), 2) if len(client_ttft) else None
     row["ITL sd client ms"] = round(float(np.std(client_itl)), 3) if len(client_itl) else None
     row["ITL sd server ms"] = round(float(np.std(true_itl)), 3)
-    for metric, client_values, true in ((TTFT, client_ttft, true_ttft), (ITL, client_itl, true_itl)):
-        client = client_values
+    for metric, values, true in ((TTFT, client_ttft, true_ttft), (ITL, client_itl, true_itl)):
         for q in ((50, 95) if metric == TTFT else (50, 95, 99)):
-            c = np.percentile(client, q) if len(client) and not np.isnan(client).all() else float("nan")
+            c = np.percentile(values, q) if len(values) and not np.isnan(values).all() else float("nan")
             t = np.percentile(true, q)
             row[f"{metric} p{q} client ms"] = round(c, 2)
             row[f"{metric} p{q} server ms"] = round(t, 2)
             row[f"{metric} p{q} error ms"] = round(c - t, 2)
     row["note"] = "; ".join(NOTES)
+    if SERIES is not None and client in ("suite", "before") and LAGS:
+        import json
+
+        with open(SERIES, "a") as f:  # --lag-series: the trust rule's calibration data, one run a line
+            f.write(json.dumps({"streams": users, "processes": processes, "ttft_ms": ttft_ms, "itl_ms": itl_ms,
+                                "trial": trial, "cpus": CLIENT_CPUS or str(os.cpu_count()),
+                                "ttft_p95_error_ms": row[f"{TTFT} p95 error ms"], "itl_p95_error_ms": row[f"{ITL} p95 error ms"],
+                                "itl_p99_error_ms": row[f"{ITL} p99 error ms"], "loop_lag_ms": [round(v, 3) for v in LAGS]})
+                    + "\n")
     return row
 
 
@@ -341,15 +337,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--trials", type=int, default=1, help="runs of each client at each level")
     parser.add_argument("--server-processes", type=int, default=1,
-                        help="mock processes sharing one port (each records its own truth); 1: one, configured live")
+                        help="exact-timing mock processes (mock/exact.py, one event loop each) sharing one port, each "
+                             "recording its own truth; 0: the threaded mock (mock/server.py), configured live")
     parser.add_argument("--server-cpus", default="", help="taskset CPU list for the mock processes (e.g. 0-7)")
     parser.add_argument("--client-cpus", default="", help="taskset CPU list for every client (e.g. 8-11)")
     parser.add_argument("--keep", type=Path, help="keep each suite run's raw files here, gzipped")
+    parser.add_argument("--lag-series", type=Path,
+                        help="append each suite run's loop-lag series and its real TTFT/ITL errors here (JSON lines): "
+                             "the data the trust rule is calibrated on (tests/data/trust_calibration.jsonl)")
+    parser.add_argument("--server-spin", action="store_true",
+                        help="the mock processes wait out their last milliseconds spinning (cores of their own)")
     parser.add_argument("--before-root", type=Path, default=ROOT,
                         help="the tree whose suite the client 'before' runs (an earlier commit, unpacked)")
     args = parser.parse_args()
-    global CLIENT_CPUS, BEFORE_ROOT, KEEP
-    CLIENT_CPUS, BEFORE_ROOT, KEEP = args.client_cpus, args.before_root.resolve(), args.keep
+    global CLIENT_CPUS, BEFORE_ROOT, KEEP, SERIES
+    CLIENT_CPUS, BEFORE_ROOT, KEEP, SERIES = args.client_cpus, args.before_root.resolve(), args.keep, args.lag_series
     clients = args.clients.split(",")
     for client in clients:
         if client not in CLIENTS:
@@ -361,9 +363,9 @@ def main() -> None:
     server = start_process()
     try:
         floor = raw_socket_floor(server, args.ttft_ms, args.itl_ms, args.tokens)
-        if args.server_processes > 1:
+        if args.server_processes >= 1:
             server.stop()
-            server = MockPool(args.server_processes, args.server_cpus)
+            server = MockPool(args.server_processes, args.server_cpus, args.server_spin)
         rows = []
         for n in args.streams.split(","):
             for trial in range(1, args.trials + 1):

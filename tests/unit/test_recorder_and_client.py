@@ -140,8 +140,8 @@ def test_rows_wait_at_most_flush_every_s_and_the_stop_writes_the_rest(tmp_path, 
 
 
 def test_the_lag_warning_reports_the_lateness_the_time_stalled_implies():
-    """Only the share of time spent stalled moves a percentile (``selfaudit.implied_lateness_ms``)."""
-    from vllm_locust.plugin.lifecycle.selfaudit import implied_lateness_ms
+    """Only the share of time spent stalled moves a percentile (``core.trust.implied_lateness_ms``)."""
+    from vllm_locust.core.trust import implied_lateness_ms
 
     assert implied_lateness_ms([0.0] * 100, 0.99) == 0.0
     # One 30 ms stall in 100 ticks of 10 ms: 1,030 ms of wall time, a stamp is late by more than e

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .trust import quantile
+
 QUANTILES = (50, 95, 99)
 PREFIX = "calibration-"
 # The budget a difference is judged against: the client's p95 error of each metric.
@@ -21,17 +23,6 @@ BUDGET_KEYS = {"ttft": "ttft_p95_error_ms", "itl": "itl_p95_error_ms"}
 
 def calibration_file(directory: str | Path, run_id: str) -> Path:
     return Path(directory) / f"{PREFIX}{run_id}.json"
-
-
-def quantile(values: list[float], q: float) -> float:
-    """The ``q`` percentile (0-100), linear between order statistics (numpy's default)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def _sd(values: list[float]) -> float:

@@ -383,7 +383,9 @@ SUMMARY = Columns(
     # cross-check: the client's mean minus vLLM's own histogram mean over the same window
     "client_minus_server_ttft_ms", "client_minus_server_itl_ms",
     # the client's audit of itself (worst run of the point): can these numbers be trusted?
-    "client_loop_lag_p99_ms", "client_cpu_max_pct", "client_spawn_to_send_max_ms", "client_trusted",
+    # (the implied errors: core.trust's fit of real errors on the loop's lag; over its limits: untrusted)
+    "client_loop_lag_p99_ms", "client_implied_itl_p95_error_ms", "client_implied_ttft_p95_error_ms",
+    "client_cpu_max_pct", "client_spawn_to_send_max_ms", "client_trusted",
     # open loop (request_rate > 0): latency from the instant the schedule meant each request to
     # leave, how late requests left (and how much of that waited for a free user), and whether the
     # run delivered the asked load (send lateness p99 within --max-send-lateness-ms)
@@ -400,7 +402,8 @@ PER_RUN = Columns("run_key", "profile", "request_rate", "concurrency", "step", "
                   "window_start_s", "window_end_s", "max_num_requests_running", "max_num_requests_waiting",
                   "mean_kv_cache_usage", "preemptions", "prefix_cache_hit_rate", "server_queue_ms",
                   "server_prefill_ms", "server_decode_ms", "server_ttft_mean_ms", "server_itl_mean_ms",
-                  "server_p95_ttft_ms", "server_p95_itl_ms", "client_loop_lag_p99_ms", "client_cpu_max_pct",
+                  "server_p95_ttft_ms", "server_p95_itl_ms", "client_loop_lag_p99_ms",
+                  "client_implied_itl_p95_error_ms", "client_implied_ttft_p95_error_ms", "client_cpu_max_pct",
                   "client_spawn_to_send_max_ms", "client_trusted")
 COMPARISON = Columns("profile", "request_rate", "concurrency", "metric", "change_pct", "ci_low_pct", "ci_high_pct")
 VERDICT = Columns("profile", "request_rate", "concurrency", "beats", "p95_ttft_change_pct", "p95_itl_change_pct",

@@ -230,13 +230,17 @@ def test_a_png_keeps_a_long_label_whole():
 
 # -- advice only where the measurements support it -----------------------------------------------
 def test_more_workers_only_when_the_client_process_used_a_full_core():
-    from analysis.advice import client_lag_advice
+    from analysis.advice import client_lag_advice, lag_text
 
-    shared = client_lag_advice(loop_lag_p99_ms=5.0, cpu_max_pct=15.0, max_lag_ms=2.0)
+    lag = lag_text(5.0, 4.3, 6.0)
+    assert lag == ("loop lag p99 5.0 ms: its stamps imply ITL p95 off by about 4.3 ms (limit 1.5) and TTFT p95 by "
+                   "about 6.0 ms (limit 6)")
+    assert lag_text(5.0, 4.3, 6.0, max_lag_ms=2.0).endswith("(over the ceiling of 2 ms asked)")
+    shared = client_lag_advice(lag, cpu_max_pct=15.0)
     assert "--workers" not in shared and "15%" in shared and "5.0 ms" in shared
-    busy = client_lag_advice(loop_lag_p99_ms=5.0, cpu_max_pct=97.0, max_lag_ms=2.0)
+    busy = client_lag_advice(lag, cpu_max_pct=97.0)
     assert "--workers" in busy and "97%" in busy
-    unknown = client_lag_advice(loop_lag_p99_ms=5.0, cpu_max_pct=float("nan"), max_lag_ms=2.0)
+    unknown = client_lag_advice(lag, cpu_max_pct=float("nan"))
     assert "not recorded" in unknown
 
 

@@ -1,7 +1,8 @@
 """The client's audit of itself (``audit.ClientAudit``) during a run, and its one-line warning.
 
 Each sending process audits its own event loop while its users run; at test stop it says once
-when the measured phase's loop lag p99 exceeded ``--max-loop-lag-ms``: its TTFT/ITL are late too.
+when the errors the measured phase's loop lag implies pass the trust rule's limits (``core.trust``),
+or the lag's p99 a ``--max-loop-lag-ms`` the user set: its TTFT/ITL are late too.
 """
 
 from __future__ import annotations
@@ -10,37 +11,10 @@ import logging
 from typing import Callable
 
 from ...core.schema import LOOP_LAG_MS, MEASURED, ClientRow
+from ...core.trust import implied_errors, implied_lateness_ms, quantile
 from .audit import TICK_S, ClientAudit, in_processes, lag_advice
 
 logger = logging.getLogger(__name__)
-
-
-def implied_lateness_ms(lags_ms: list[float], q: float, tick_ms: float = TICK_S * 1000) -> float:
-    """The ``q`` quantile (0-1) of how late a stamp taken at a random instant is, from the audit's lag.
-
-    Each audit tick asks to sleep ``tick_ms`` and wakes ``lag`` ms late: the tick spans
-    ``tick_ms + lag`` ms of wall time, of which the last ``lag`` ms the loop was stalled. A chunk
-    that arrives ``s`` ms into a stall of ``lag`` ms is stamped ``lag - s`` late (uniform: L/2 on
-    average, up to L); one that arrives outside a stall is on time. Over all ticks, with arrivals
-    spread evenly in time, P(late > e) = sum(max(0, lag - e)) / sum(tick_ms + lag); the quantile is
-    the e where that equals 1 - q. So only the share of time spent stalled moves a percentile: a few
-    30 ms stalls make lag p99 30 ms but leave most stamps on time. It is an estimate for stamps spread
-    evenly in time: a closed-loop wave's first chunks come together just after its setup's stall,
-    so TTFT can be later than it says (``benchmarks/measurement_error.py`` prints both).
-    """
-    total = sum(tick_ms + lag for lag in lags_ms)
-    if total <= 0 or not lags_ms:
-        return 0.0
-    want = (1.0 - q) * total  # the wall time (ms) in which a stamp is later than the answer
-    lags = sorted(lags_ms, reverse=True)
-    # sum(max(0, lag - e)) is piecewise linear in e, falling; walk its pieces from the largest lag.
-    above = 0.0  # sum of the lags above the current piece
-    for k, lag in enumerate(lags, start=1):
-        above += lag
-        nxt = lags[k] if k < len(lags) else 0.0
-        if above - k * nxt >= want:  # the answer lies in [nxt, lag]: above - k * e = want
-            return max(0.0, (above - want) / k)
-    return 0.0
 
 
 class SelfAudit:
@@ -97,16 +71,21 @@ class SelfAudit:
             self.audit.spawn_to_send(ms)
 
     def warn_if_late(self) -> None:
-        """One line when this process's loop ran late in the measured phase: its numbers are too."""
-        lags = sorted(self.measured_lag_ms)
-        if not lags:
+        """One line when this process's loop ran so late in the measured phase that the errors it implies
+        pass the trust rule's limits (``core.trust``), or its lag p99 a ceiling the user set."""
+        implied = implied_errors(self.measured_lag_ms)
+        if implied is None:
             return
-        p99 = lags[min(len(lags) - 1, int(0.99 * len(lags)))]
-        limit = float(getattr(self.environment.parsed_options, "max_loop_lag_ms", 2.0) or 2.0)
-        if p99 > limit:
-            advice = lag_advice(in_processes(self.environment.runner, self.environment.parsed_options))
-            logger.warning("client fell behind: event-loop lag p99 %.2f ms > %g ms (--max-loop-lag-ms) in %s; by "
-                           "the time it spent stalled its stamps are late by about %.2f ms at p95 and %.2f ms at p99 "
-                           "(TTFT/ITL percentiles read that much high; a wave of requests starting together, more): %s",
-                           p99, limit, self.worker_id, implied_lateness_ms(lags, 0.95), implied_lateness_ms(lags, 0.99),
-                           advice)
+        lags = self.measured_lag_ms
+        p99 = quantile(lags, 99)
+        limit = float(getattr(self.environment.parsed_options, "max_loop_lag_ms", 0.0) or 0.0)
+        over_limit = limit > 0 and p99 > limit
+        if implied.trusted and not over_limit:
+            return
+        advice = lag_advice(in_processes(self.environment.runner, self.environment.parsed_options))
+        tick_ms = TICK_S * 1000
+        logger.warning("client fell behind in %s: event-loop lag p95 %.2f ms, p99 %.2f ms%s: %s; %.1f%% of its time "
+                       "in stalls (stamps at p99 late by %.2f ms from those alone): %s", self.worker_id,
+                       quantile(lags, 95), p99, f" (over --max-loop-lag-ms {limit:g})" if over_limit else "",
+                       implied.text(), 100.0 * sum(lags) / (len(lags) * tick_ms + sum(lags)),
+                       implied_lateness_ms(lags, 0.99, tick_ms), advice)
