@@ -1,24 +1,23 @@
 #!/usr/bin/env bash
 # Issue 41 on the lent host's CPU (no GPU used): the Rust client's overhead study reproduced with
-# benchmarks/measurement_error.py. Exact-timing mock of 8 --reuse-port processes on cores 0-7 (each
-# records its own truth), TTFT 50 ms, ITL 10 ms, 128-token replies; every client pinned to cores
-# 8-11; the suite of this tree ("suite"), of an earlier tree ("before", from
+# benchmarks/measurement_error.py. The exact-timing mock of high event rates (vllm_locust/mock/exact.py:
+# 8 event-loop processes on one port, spinning on cores 0-7, each recording its own truth), TTFT 50 ms,
+# ITL 10 ms, 128-token replies; every client pinned: 100 and 1,000 streams to cores 8-11 (4 cores, the
+# study's), 2,000 to cores 8-15; this tree's suite ("suite"), an earlier tree's ("before", from
 # .gpu-stage/before.tar.gz) and vLLM's own client ("vllm", `vllm bench serve`), TRIALS runs each.
-# Staging, here, from the project root:
-#   bash ../shared/gpu/prepare.sh                 # vLLM 0.26 in .gpu-stage/a b c d
-#   cp -r .gpu-stage/w .gpu-stage/e               # the suite's wheels (request_cost_ab.sh says how)
-#   git archive --format=tar.gz -o .gpu-stage/before.tar.gz <earlier commit>
-# On the device, back to back: three calls carrying .gpu-stage/a, then b, then c, each running
-#   bash "$(ls .gpu-stage/*/install.sh | head -1)"
-# then one carrying .gpu-stage/d, .gpu-stage/e and .gpu-stage/before.tar.gz:
-#   bash .gpu-stage/d/install.sh && LEVEL=100 OUT=$OUT bash benchmarks/gpu/stalls.sh
-# and more calls with LEVEL=1000 (4 processes) or LEVEL=2000 (8 processes, cores 8-15).
-# Writes $OUT/host.txt and $OUT/streams-$LEVEL.md (the table), .log (each row as it came); KEEP=1
-# keeps each suite run's raw files (gzipped) under $OUT/raw.
+# Staging, here, from the project root: bash ../shared/gpu/prepare.sh, then the parts
+# benchmarks/gpu/install_split.sh names; git archive --format=tar.gz -o .gpu-stage/before.tar.gz <commit>.
+# On the device, back to back, calls carrying v0, v1, v2, c1, then c2 d e before.tar.gz, each running
+#   bash benchmarks/gpu/install_split.sh && LEVEL=100 OUT=$OUT bash benchmarks/gpu/stalls.sh
+# (the earlier calls only park), and more calls with LEVEL=1000 (4 processes) or LEVEL=2000 (8).
+# Writes $OUT/host.txt, $OUT/streams-$LEVEL.md (the table), .log (each row as it came) and
+# lag-series-$LEVEL.jsonl (the trust rule's data: benchmarks/trust_rule.py); KEEP=1 keeps each suite
+# run's raw files (gzipped) under $OUT/raw.
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:?OUT dir}
 export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 VLLM_PYTHON=$(command -v python3)
+[ -f /tmp/site/vllm/__init__.py ] || { echo "vllm not installed yet (parking)"; exit 0; }
 [ -d /tmp/before ] || { mkdir -p /tmp/before && tar xzf .gpu-stage/before.tar.gz -C /tmp/before; }
 [ -f models/tiny/config.json ] || python3 launch/make_tiny_model.py models/tiny > /dev/null
 { nproc; grep -m1 "model name" /proc/cpuinfo; python3 --version; } > "$out/host.txt"
@@ -28,9 +27,10 @@ case $level in
   1000) processes=4 cpus=8-11;;
   *) processes=8 cpus=8-15;;
 esac
-python3 benchmarks/measurement_error.py --streams "$level" --processes "$processes" --clients "${CLIENTS:-before,suite,vllm}" \
-  --ttft-ms 50 --itl-ms 10 --tokens 128 --duration "${DURATION:-15}" --trials "${TRIALS:-2}" \
-  --server-processes 8 --server-cpus 0-7 --client-cpus "$cpus" --before-root /tmp/before \
+python3 benchmarks/measurement_error.py --streams "$level" --processes "$processes" --clients "${CLIENTS:-suite,vllm}" \
+  --ttft-ms 50 --itl-ms 10 --tokens 128 --duration "${DURATION:-15}" --trials "${TRIALS:-3}" \
+  --server-processes 8 --server-cpus 0-7 --server-spin --client-cpus "$cpus" --before-root /tmp/before \
+  --lag-series "$out/lag-series-$level.jsonl" \
   --out "$out/streams-$level.md" ${KEEP:+--keep "$out/raw"} 2> "$out/streams-$level.log"
 echo "exit $? after $SECONDS s" >> "$out/host.txt"
 if [ -n "${KEEP:-}" ]; then  # where each kept run's long gaps are
