@@ -106,6 +106,7 @@ def pinned(cmd: list[str], cpus: str) -> list[str]:
 
 CLIENT_CPUS = ""  # --client-cpus: every client runs pinned there
 KEEP: Path | None = None  # --keep: where the suite's raw files of each run are kept
+SPAWN_RATE = 0.0  # --spawn-rate: users started a second (0: all at once, every stream in phase)
 SERIES: Path | None = None  # --lag-series: where each suite run's loop-lag series and real errors are appended
 
 
@@ -150,7 +151,7 @@ def cpu_between(start_s: float, end_s: float) -> float:
 
 def suite_client(server, users: int, processes: int, duration_s: int, tokens: int, out: str, root: Path = ROOT):
     cmd = [sys.executable, "-m", "locust", "-f", str(root / "locustfile.py"), "--host", server.url,
-           "--headless", "-u", str(users), "-r", str(users), "-t", f"{duration_s}s", "--only-summary",
+           "--headless", "-u", str(users), "-r", str(SPAWN_RATE or users), "-t", f"{duration_s}s", "--only-summary",
            "--max-tokens", str(tokens), "--prompt-tokens", "64", "--prompt-pool", "64",
            "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "30"]
     if processes > 1:
@@ -345,13 +346,17 @@ def main() -> None:
     parser.add_argument("--lag-series", type=Path,
                         help="append each suite run's loop-lag series and its real TTFT/ITL errors here (JSON lines): "
                              "the data the trust rule is calibrated on (tests/data/trust_calibration.jsonl)")
+    parser.add_argument("--spawn-rate", type=float, default=0.0,
+                        help="the suite's users started a second (0: all at once, so every stream's chunks come in "
+                             "one burst each ITL, as a batched decode step sends them); smaller spreads their phases")
     parser.add_argument("--server-spin", action="store_true",
                         help="the mock processes wait out their last milliseconds spinning (cores of their own)")
     parser.add_argument("--before-root", type=Path, default=ROOT,
                         help="the tree whose suite the client 'before' runs (an earlier commit, unpacked)")
     args = parser.parse_args()
-    global CLIENT_CPUS, BEFORE_ROOT, KEEP, SERIES
+    global CLIENT_CPUS, BEFORE_ROOT, KEEP, SERIES, SPAWN_RATE
     CLIENT_CPUS, BEFORE_ROOT, KEEP, SERIES = args.client_cpus, args.before_root.resolve(), args.keep, args.lag_series
+    SPAWN_RATE = args.spawn_rate
     clients = args.clients.split(",")
     for client in clients:
         if client not in CLIENTS:

@@ -30,8 +30,8 @@ esac
 python3 benchmarks/measurement_error.py --streams "$level" --processes "$processes" --clients "${CLIENTS:-suite,vllm}" \
   --ttft-ms 50 --itl-ms 10 --tokens 128 --duration "${DURATION:-15}" --trials "${TRIALS:-3}" \
   --server-processes 8 --server-cpus 0-7 --server-spin --client-cpus "$cpus" --before-root /tmp/before \
-  --lag-series "$out/lag-series-$level.jsonl" \
-  --out "$out/streams-$level.md" ${KEEP:+--keep "$out/raw"} 2> "$out/streams-$level.log"
+  --lag-series "$out/lag-series-$level.jsonl" ${SPAWN:+--spawn-rate "$SPAWN"} \
+  --out "$out/streams-$level${SPAWN:+-r$SPAWN}.md" ${KEEP:+--keep "$out/raw"} 2> "$out/streams-$level${SPAWN:+-r$SPAWN}.log"
 echo "exit $? after $SECONDS s" >> "$out/host.txt"
 if [ -n "${KEEP:-}" ]; then  # where each kept run's long gaps are
   for d in "$out"/raw/*/; do echo "== $d"; python3 benchmarks/itl_tail.py "$d"; done > "$out/itl-tail-$level.txt" 2>&1
