@@ -88,7 +88,10 @@ def test_the_child_runs_the_runs_transport_on_a_master_port_of_its_own(tmp_path,
     port = four[four.index("--master-bind-port") + 1]
     assert four[four.index("--processes") + 1] == "4" and four[four.index("--master-port") + 1] == port != "5557"
     monkeypatch.setenv("LOCUST_STEPS", "1,2")
-    assert "LOCUST_STEPS" not in child_env(), "the run's own Locust settings are not the child's"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    env = child_env()
+    assert "LOCUST_STEPS" not in env, "the run's own Locust settings are not the child's"
+    assert "OPENAI_API_KEY" not in env, "the key is for the user's host, never sent to the mock"
 
 
 def summary_frame() -> pd.DataFrame:
@@ -124,3 +127,18 @@ def test_without_a_calibration_nothing_changes():
     summary = summary_frame()
     assert with_calibration(summary, [run("baseline", 8, {})]) is summary
     assert within_budget(summary, "baseline") == {}
+
+
+@pytest.mark.parametrize("seconds, itl_ms, flag", [(0.0, 10.0, "--calibrate-seconds"), (8.0, -1.0, "--calibrate-itl-ms")])
+def test_a_bad_calibration_setting_is_one_line_before_anything_runs(seconds, itl_ms, flag):
+    from vllm_locust.plugin.lifecycle.calibration import Calibration
+
+    said = []
+    failures = SimpleNamespace(failed=False, fail_run=said.append)
+    options = SimpleNamespace(calibrate=True, calibrate_seconds=seconds, calibrate_itl_ms=itl_ms, num_users=2, steps="",
+                              request_rate="", samples_dir="")
+    environment = SimpleNamespace(parsed_options=options, runner=SimpleNamespace(target_user_count=2))
+    part = Calibration(environment, SimpleNamespace(deciding=True), failures)
+    part.on_test_start(environment)
+    assert said == [f"{flag} must be above 0 (got {seconds if flag == '--calibrate-seconds' else itl_ms:g})"]
+    assert part.result == {}

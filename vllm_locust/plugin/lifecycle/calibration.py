@@ -26,8 +26,9 @@ from pathlib import Path
 
 from locust.runners import MasterRunner
 
-from ...core.calibration import calibration_file, describe, error_budget, quantile
+from ...core.calibration import calibration_file, describe, error_budget
 from ...core.schema import CHUNKS_PER_S, CPU_PCT, ITL, LOOP_LAG_MS, MEASURED, TTFT, write_json_atomic
+from ...core.trust import quantile
 from ...mock.exact import ExactPool
 from ..distributed import processcount
 from ..options import as_bool
@@ -80,9 +81,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+SECRET_ENV = ("OPENAI_API_KEY",)  # the run's key is for the host the user named, never for the mock
+
+
 def child_env() -> dict:
-    """This environment without Locust's own variables (the run's --steps, -t, ... are not the child's)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUST_")}
+    """This environment without Locust's own variables (the run's --steps, -t, ... are not the child's)
+    and without the API key (the child talks to the mock this process started, not the user's host)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUST_") and k not in SECRET_ENV}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 
@@ -191,8 +196,12 @@ class Calibration:
         if self.failures.failed:
             return
         streams, processes = calibration_streams(environment), calibration_processes(environment)
-        seconds = float(getattr(options, "calibrate_seconds", 8.0) or 8.0)
-        itl_ms = float(getattr(options, "calibrate_itl_ms", 10.0) or 10.0)
+        seconds = float(getattr(options, "calibrate_seconds", 8.0))
+        itl_ms = float(getattr(options, "calibrate_itl_ms", 10.0))
+        if not (seconds > 0 and itl_ms > 0):
+            bad = "--calibrate-seconds" if not seconds > 0 else "--calibrate-itl-ms"
+            self.failures.fail_run(f"{bad} must be above 0 (got {seconds if bad == '--calibrate-seconds' else itl_ms:g})")
+            return
         logger.info("calibrating the client: %d streams over %d process%s against the exact-timing mock for %g s "
                     "(before the load; not counted in -t)", streams, processes, "es" if processes > 1 else "", seconds)
         self.result = calibrate(streams, processes, seconds, itl_ms, options)
