@@ -75,11 +75,13 @@ def test_a_distributed_run_calibrates_with_its_own_process_count(tmp_path):
 
 
 def test_a_web_ui_run_calibrates_at_the_forms_user_count(tmp_path):
+    """With ``--processes auto`` too: the form's users (-u 3) are its streams at start, one process."""
     server = start_fake_server()
     server.configure(ttft_ms=10, itl_ms=2, tokens=8)
     try:
         with locust_web_ui(server.url, tmp_path / "locust.log", "--samples-dir", str(tmp_path / "s"),
-                           "--prompt-cache-dir", "", *LOAD, *CALIBRATE) as (base, _ui):
+                           "--prompt-cache-dir", "", "--processes", "auto", "-u", "3", *LOAD,
+                           *CALIBRATE) as (base, _ui):
             started = http.post(base + "/swarm", headers={"Origin": base}, timeout=120,
                                 data={"user_count": "3", "spawn_rate": "3", "host": server.url})
             assert started.status_code == 200 and started.json()["success"], started.text
@@ -90,3 +92,5 @@ def test_a_web_ui_run_calibrates_at_the_forms_user_count(tmp_path):
         server.stop()
     [record] = (tmp_path / "s").glob("loadrun-*.json")
     check_budget(json.loads(record.read_text())["calibration"], streams=3, workers=1)
+    log = (tmp_path / "locust.log").read_text()
+    assert "--processes auto: one process for 3 streams" in log, log[-3000:]
