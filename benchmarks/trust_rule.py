@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from vllm_locust.core.trust import implied_errors, quantile  # noqa: E402
+from vllm_locust.core.trust import error_class, implied_errors, quantile  # noqa: E402
 
 OLD_RULE_LAG_P99_MS = 2.0
 
@@ -34,16 +34,22 @@ def lags_of(run: dict) -> list[float]:
 
 
 def kind(run: dict) -> str:
-    itl, ttft = run["itl_p95_error_ms"], run["ttft_p95_error_ms"]
-    if itl > 2.0 or ttft > 10.0:
-        return "bad"
-    return "good" if itl <= 1.0 and ttft <= 5.0 else "between"
+    """The run's class by its real errors (``core.trust.error_class``)."""
+    return error_class(run["itl_p95_error_ms"], run["ttft_p95_error_ms"])
+
+
+def recorded(path: Path) -> list[dict]:
+    """The runs of a JSON-lines file, each with its ``lags`` (from values or histogram)."""
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for run in runs:
+        run["lags"] = lags_of(run)
+    return runs
 
 
 def judged(runs: list[dict]) -> list[dict]:
     out = []
     for run in runs:
-        lags = lags_of(run)
+        lags = run["lags"] if "lags" in run else lags_of(run)
         implied = implied_errors(lags)
         out.append({**{k: run.get(k) for k in ("source", "streams", "processes", "itl_ms", "trial", "note")},
                     "lag p95": round(quantile(lags, 95), 2), "lag p99": round(quantile(lags, 99), 2),
@@ -95,7 +101,7 @@ def main() -> None:
     if args.store:
         store(args.runs, args.store, args.source)
         return
-    runs = [json.loads(line) for path in args.runs for line in path.read_text().splitlines() if line.strip()]
+    runs = [run for path in args.runs for run in recorded(path)]
     rows = judged(runs)
     import pandas as pd
 

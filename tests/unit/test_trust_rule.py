@@ -6,7 +6,6 @@ analysis and the live warning run. Recorded series in, no timing luck."""
 
 from __future__ import annotations
 
-import json
 from argparse import Namespace
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,26 +14,14 @@ import pandas as pd
 import pytest
 
 from analysis.summary import client_audit
+from benchmarks.trust_rule import kind, recorded
 from vllm_locust.core.schema import CLIENT, LOOP_LAG_MS, MEASURED, PER_RUN, ClientRow
 from vllm_locust.core.trust import ITL_LIMIT_MS, TTFT_LIMIT_MS, implied_errors, quantile
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "trust_calibration.jsonl"
 
 
-def recorded() -> list[dict]:
-    runs = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
-    for run in runs:
-        run["lags"] = [float(v) for v, n in run["loop_lag_hist"] for _ in range(int(n))]
-    return runs
-
-
-def kind(run: dict) -> str:
-    if run["itl_p95_error_ms"] > 2.0 or run["ttft_p95_error_ms"] > 10.0:
-        return "bad"
-    return "good" if run["itl_p95_error_ms"] <= 1.0 and run["ttft_p95_error_ms"] <= 5.0 else "between"
-
-
-RUNS = recorded()
+RUNS = recorded(DATA)
 GOOD = [r for r in RUNS if kind(r) == "good"]
 BAD = [r for r in RUNS if kind(r) == "bad"]
 

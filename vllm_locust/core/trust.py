@@ -22,6 +22,10 @@ from dataclasses import dataclass
 
 ITL_LAG_QUANTILE, ITL_OFFSET_MS = 95, 0.7  # implied ITL p95 error: lag p95 minus the loop's resting floor
 TTFT_LAG_QUANTILE, TTFT_OFFSET_MS = 99, 1.0  # implied TTFT p95 error: lag p99 plus a request's own setup
+# The issue's target, per run: no warning where the real ITL and TTFT p95 errors are within these...
+GOOD_WITHIN_MS = {"itl": 1.0, "ttft": 5.0}
+# ...and a warning wherever either is above these.
+BAD_ABOVE_MS = {"itl": 2.0, "ttft": 10.0}
 ITL_LIMIT_MS = 1.5  # between 1 ms (no warning wanted) and 2 ms (a warning needed)
 TTFT_LIMIT_MS = 6.0  # between 5 and 10 ms, low in the range: TTFT's fit scatters more (one 10.6 ms run at 7.0)
 
@@ -35,6 +39,15 @@ def quantile(values: list[float], q: float) -> float:
     low = math.floor(pos)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def error_class(itl_p95_error_ms: float, ttft_p95_error_ms: float) -> str:
+    """``good`` (no warning wanted), ``bad`` (a warning needed) or ``between``, by a run's real errors."""
+    if itl_p95_error_ms > BAD_ABOVE_MS["itl"] or ttft_p95_error_ms > BAD_ABOVE_MS["ttft"]:
+        return "bad"
+    if itl_p95_error_ms <= GOOD_WITHIN_MS["itl"] and ttft_p95_error_ms <= GOOD_WITHIN_MS["ttft"]:
+        return "good"
+    return "between"
 
 
 @dataclass(frozen=True)
