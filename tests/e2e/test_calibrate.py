@@ -9,10 +9,16 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 import requests as http
 
 from tests.conftest import locust_web_ui, processes, start_fake_server, until
 from tests.e2e.test_secrets_and_bad_input import LOAD, ROOT
+
+# A calibration reads the client's timing against the exact-timing mock, and its runs start six
+# Python processes at once (the run's and the calibration's masters and workers): alone, in the
+# full run's second phase (tests/parallel.py), not beside the vLLM servers of the first.
+pytestmark = pytest.mark.timing
 
 BUDGET = ("ttft_p50_error_ms", "ttft_p95_error_ms", "ttft_p99_error_ms", "itl_p50_error_ms", "itl_p95_error_ms",
           "itl_p99_error_ms", "cpu_us_per_chunk")
