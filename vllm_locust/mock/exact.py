@@ -209,20 +209,20 @@ class ExactServer:
         if conn.outbuf:  # the client reads slower than we write: keep the order
             conn.outbuf += data
             return
-        try:
-            sent = conn.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            return self.close(conn)
-        if sent < len(data):
-            conn.outbuf = data[sent:]
+        self.write(conn, data)
+        if conn.outbuf:
             self.selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
 
     def flush(self, conn: Connection) -> None:
         if conn.closed or not conn.outbuf:
             return
         data, conn.outbuf = conn.outbuf, b""
+        self.write(conn, data)
+        if not conn.closed and not conn.outbuf:
+            self.selector.modify(conn.sock, selectors.EVENT_READ, conn)
+
+    def write(self, conn: Connection, data: bytes) -> None:
+        """As much of ``data`` as the socket takes now; the rest waits in ``conn.outbuf``."""
         try:
             sent = conn.sock.send(data)
         except (BlockingIOError, InterruptedError):
@@ -230,8 +230,6 @@ class ExactServer:
         except OSError:
             return self.close(conn)
         conn.outbuf = data[sent:]
-        if not conn.outbuf:
-            self.selector.modify(conn.sock, selectors.EVENT_READ, conn)
 
     def close(self, conn: Connection) -> None:
         if conn.closed:
