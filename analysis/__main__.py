@@ -18,7 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from vllm_locust.core.schema import IDS, ITL, SUMMARY, TTFT, level_name, pct_col, write_atomic
+import pandas as pd
+
+from vllm_locust.core.schema import IDS, ITL, REQUEST, SUMMARY, TTFT, level_name, pct_col, write_atomic
 
 from .advice import client_lag_advice, lag_text
 from .csvtext import csv_text
@@ -29,12 +31,15 @@ from .checklist import checklist
 from .load import AnalysisError, failed_runs, load_runs
 from .report import ReportInput, write_reports
 from .goodput import parse_slo
+from .phases import PHASES_CSV, phase_lines, phase_table
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS, DEFAULT_MAX_SEND_LATENESS_MS, runs_per_run, summarize
 from .events import with_stream_events
 from .paired import is_paired
 from .personas import (COMPARISON_BY_PERSONA_CSV, PERSONA, SUMMARY_BY_PERSONA_CSV, VERDICT_BY_PERSONA_CSV, by_persona,
                        has_personas, persona_of, persona_sections, require_every_persona, slo_lines)
 from .turns import SUMMARY_BY_TURN_CSV, by_turn, trimmed_note, turn_lines
+from .spans import (REQUEST_SPANS_CSV, SERVER_SPANS_CSV, SPAN_COMPARISON_CSV, attribution_lines, compare_components,
+                    coverage_lines, has_spans, plot_slowest, request_spans, span_table)
 from .tidy import check_same_model, check_same_workload, failure_table, tidy_markers, tidy_server
 from .verdict import Rule, compare, overall, trust_of, untrusted_levels, verdicts, worse_lines
 
@@ -155,16 +160,34 @@ def analyse(args) -> int:
         if len(personas.comparison):
             write_atomic(out / COMPARISON_BY_PERSONA_CSV, csv_text(personas.comparison))
             write_atomic(out / VERDICT_BY_PERSONA_CSV, csv_text(personas.verdicts))
+    phases = phase_table(runs, samples, requests, run_frame, slo)
+    phase_notes = phase_lines(phases)
+    if len(phases):  # a steered run: one row per step
+        write_atomic(out / PHASES_CSV, csv_text(phases))
     trimmed = trimmed_note(requests)
+    spans = span_comparison = None
+    span_notes: list[str] = []
+    if has_spans(requests):  # --server-spans: vLLM's own span of each request
+        spans = pd.concat([span_table(requests)] + [span_table(requests, by) for by in (PERSONA, REQUEST.turn)
+                                                     if by in requests], ignore_index=True)
+        span_comparison = compare_components(requests, baseline, args.bootstrap, args.seed)
+        span_notes = [*attribution_lines(spans, span_comparison), *coverage_lines(requests)]
+        write_atomic(out / SERVER_SPANS_CSV, csv_text(spans))
+        write_atomic(out / SPAN_COMPARISON_CSV, csv_text(span_comparison))
+        write_atomic(out / REQUEST_SPANS_CSV, csv_text(request_spans(requests)))
     server = tidy_server(runs)
     md, html = write_reports(out, ReportInput(
         baseline=baseline, summary=summary, comparison=comparison, per_level=per_level, overall=result,
         attribution=attribution_table(summary, server),
         checklist=checklist(runs, requests, args.max_client_lag_ms, args.max_send_lateness_ms),
         samples=samples, server=server, runs=run_frame, rule=rule, untrusted=untrusted, markers=tidy_markers(runs),
-        extra_notes=[*([model_note] if model_note else []), *calibration_lines(runs)], failed=failed, max_client_lag_ms=args.max_client_lag_ms,
+        extra_notes=[*([model_note] if model_note else []), *calibration_lines(runs), *phase_notes], failed=failed, max_client_lag_ms=args.max_client_lag_ms,
         by_turn=turns, turn_notes=[*turn_lines(turns, summary), *([trimmed] if trimmed else [])],
-        personas=persona_sections(personas, baseline), every_persona=bool(args.every_persona_within_slo and personas.judged)))
+        personas=persona_sections(personas, baseline), every_persona=bool(args.every_persona_within_slo and personas.judged),
+        spans=spans, span_lines=span_notes, span_comparison=span_comparison,
+        slowest_figure=plot_slowest(requests) if spans is not None else None))
+    for line in [*span_notes, *phase_notes]:
+        print(line)
     for row in failed.itertuples():
         print(f"failed run (left out): {row.run}: {row.reason}")
     for line in calibration_lines(runs):

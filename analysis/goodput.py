@@ -17,70 +17,31 @@ A failed request meets no SLO; a request the run's end cut off is left out (neit
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
 from vllm_locust.core.schema import (E2E, E2E_FROM_INTENDED, IDS, ITL, REQUEST, SAMPLE, SUMMARY, TPOT, TTFT,
                                      TTFT_FROM_INTENDED, pct_col)
+from vllm_locust.core.slo import MAX_FAILED_SHARE, SLO_METRICS, Slo, judge, parse_slo  # noqa: F401 (their home was here)
 
 from .tidy import failed, output_tokens, succeeded
-
-SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
-
-
-@dataclass(frozen=True)
-class Slo:
-    limits_ms: tuple[tuple[str, float], ...]
-
-    def __str__(self) -> str:
-        return ",".join(f"{k}:{v:g}" for k, v in self.limits_ms)
-
 
 # The p95 column a threshold is judged on: (open loop, closed loop); open loop from the intended send.
 JUDGED = {"ttft": (pct_col(TTFT_FROM_INTENDED, 95), pct_col(TTFT, 95)), "itl": (pct_col(ITL, 95),) * 2,
           "tpot": (pct_col(TPOT, 95),) * 2, "e2e": (pct_col(E2E_FROM_INTENDED, 95), pct_col(E2E, 95))}
-MAX_FAILED_SHARE = 0.05  # one failed request in twenty is what a p95 threshold allows
 
 
 def within_slo(row, slo: Slo) -> tuple[bool, dict, str]:
-    """Does one summary row meet ``slo``: every threshold at p95 and at most ``MAX_FAILED_SHARE`` of
-    its requests failed? Returns the verdict, the figures judged and, when missed, why in numbers.
-    The one test of the SLO-boundary search (``launch/boundary.py``) and the per-persona verdict."""
+    """Does one summary row meet ``slo`` (``core.slo.judge``: every threshold at p95 and at most
+    ``MAX_FAILED_SHARE`` of its requests failed)? Returns the verdict, the figures judged and, when
+    missed, why in numbers. The one test of the SLO-boundary search (``launch/boundary.py``), the
+    per-persona verdict and, on raw values of a window, ``--ramp-until-slo``."""
     open_loop = float(row[SUMMARY.request_rate] or 0) > 0
-    figures, misses = {}, []
-    for metric, limit in slo.limits_ms:
-        column = JUDGED[metric][0 if open_loop else 1]
-        value = figures[column] = float(row[column])
-        if not value <= limit:  # NaN (nothing measured) misses too
-            misses.append(f"{column} {value:.1f} > {limit:g}")
-    requests, failures = int(row[SUMMARY.requests]), int(row[SUMMARY.failures])
-    if requests == 0 or failures > MAX_FAILED_SHARE * requests:
-        misses.append(f"{failures} of {requests} requests failed")
-    return not misses, figures, "; ".join(misses)
-
-
-def parse_slo(text: str | None) -> Slo | None:
-    """``"ttft:500,itl:50"`` -> ``Slo``; empty: none. A bad entry names the flag and the metrics."""
-    if not text:
-        return None
-    limits = {}
-    for part in str(text).replace(" ", "").split(","):
-        if not part:
-            continue
-        name, _, value = part.partition(":")
-        try:
-            limit = float(value)
-        except ValueError:
-            limit = float("nan")
-        if name.lower() not in SLO_METRICS or not limit > 0:
-            raise ValueError(f"--slo {text!r}: expected metric:ms pairs such as ttft:500,itl:50 "
-                             f"(metrics: {', '.join(SLO_METRICS)}; ms > 0)")
-        limits[name.lower()] = limit
-    if not limits:
-        raise ValueError(f"--slo {text!r}: no thresholds")
-    return Slo(tuple(sorted(limits.items(), key=lambda kv: SLO_METRICS.index(kv[0]))))
+    columns = {metric: JUDGED[metric][0 if open_loop else 1] for metric, _limit in slo.limits_ms}
+    figures = {columns[metric]: float(row[columns[metric]]) for metric in columns}
+    passed, why = judge({metric: figures[column] for metric, column in columns.items()},
+                        int(row[SUMMARY.requests]), int(row[SUMMARY.failures]), slo, names=columns)
+    return passed, figures, why
 
 
 def request_p95_itl(samples: pd.DataFrame) -> pd.Series:

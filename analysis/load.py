@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from vllm_locust.core.schema import (CLIENT, CLIENT_PREFIX, FAILURE_RECORD, INCOMPLETE, LOAD_RECORD_PREFIX, MANIFEST,
-                                MEASURED, METRICS_CSV, OPTIONAL_REQUEST_COLUMNS, OPTIONAL_SAMPLE_COLUMNS, REQUEST,
-                                REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE, SAMPLES_PREFIX, SERVER, ClientRow, FailureRecord,
+                                MEASURED, METRICS_CSV, GPU_CSV, OPTIONAL_REQUEST_COLUMNS, OPTIONAL_SAMPLE_COLUMNS, REQUEST,
+                                REQUESTS_PREFIX, RUN, RUN_RECORD, SAMPLE, SAMPLES_PREFIX, SERVER, SERVER_SPANS_PREFIX, ClientRow, FailureRecord,
                                 LoadRecord, Manifest, PhaseChange, RequestRow, RunRecord, SampleRow)
 
 from .validate import (AnalysisError, BadRunFile, annotations, check_csv, check_fields, check_items, check_whole,  # noqa: F401
@@ -41,6 +41,7 @@ class Run:
     windows: list = field(default_factory=list)  # (start_s, end_s) the load record held the measured phase
     personas: list = field(default_factory=list)  # --personas: the load record's {name, weight, slo, ...} entries
     calibration: dict = field(default_factory=dict)  # --calibrate: the load record's error budget (core.calibration)
+    steering: list = field(default_factory=list)  # steered changes (the load record's ``steering``), every step's run
 
     @property
     def profile(self) -> str:
@@ -66,7 +67,7 @@ def _read_csv(path: Path, dtype: dict | None = None) -> pd.DataFrame:
 
 # Conversation columns: a session id that looks like a number stays text ("007" is not 7), and a
 # turn is a whole number (nullable: empty on the requests of other workloads).
-TEXT_COLUMNS = {REQUEST.session_id: str, REQUEST.persona: str}
+TEXT_COLUMNS = {REQUEST.session_id: str, REQUEST.persona: str, REQUEST.trace_id: str}
 WHOLE_COLUMNS = (REQUEST.turn, REQUEST.trimmed_turns)
 MEASURED_COLUMNS = (SAMPLE.value_ms,)  # never empty, never nan: a sample is its value
 
@@ -98,6 +99,10 @@ def _read_raw(directory: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     samples = _read_many(sorted(directory.glob(f"{SAMPLES_PREFIX}*.csv")), SampleRow, OPTIONAL_SAMPLE_COLUMNS)
     requests = _read_many(sorted(directory.glob(f"{REQUESTS_PREFIX}*.csv")), RequestRow, OPTIONAL_REQUEST_COLUMNS)
     requests = _conversation_types(_with_optional(requests, OPTIONAL_REQUEST_COLUMNS))
+    if any(directory.glob(f"{SERVER_SPANS_PREFIX}*.csv")) and not requests.empty:
+        from .spans import join, read_spans  # here, not at the top: spans reads tidy, which reads this module
+
+        requests = join(requests, read_spans(directory))  # vLLM's own span of each request (--server-spans)
     return _as_text(_with_optional(samples, OPTIONAL_SAMPLE_COLUMNS), SAMPLE.persona), requests
 
 
@@ -125,12 +130,17 @@ def _read_client(directory: Path) -> pd.DataFrame:
 
 
 def _metrics(directory: Path) -> pd.DataFrame:
-    """The scraper's ``metrics.csv`` (0 bytes: it never got a scrape, so none)."""
-    path = directory / METRICS_CSV
-    if not (path.exists() and path.stat().st_size):
-        return pd.DataFrame()
-    frame = _read_csv(path)
-    return check_csv(frame, path, tuple(SERVER), METRICS_NUMERIC) if not frame.empty else frame
+    """The scraper's ``metrics.csv`` (0 bytes: it never got a scrape, so none), with the GPU
+    telemetry of ``gpu.csv`` (the same columns, ``gpu:`` names) where the run has it."""
+    frames = []
+    for name in (METRICS_CSV, GPU_CSV):
+        path = directory / name
+        if not (path.exists() and path.stat().st_size):
+            continue
+        frame = _read_csv(path)
+        if not frame.empty:
+            frames.append(check_csv(frame, path, tuple(SERVER), METRICS_NUMERIC))
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0] if frames else pd.DataFrame()
 
 
 def _json(path: Path) -> dict:
@@ -267,7 +277,7 @@ def read_recording(directory: Path, label: str) -> list[Run]:
                    & (client[CLIENT.step].fillna(-1) == (-1 if step is None else step))] if not client.empty else client
         runs.append(Run(directory, record, s, r, metrics, {}, c, list(load.get("markers") or []),
                         dict(load.get("workload") or {}), windows, list(load.get("personas") or []),
-                        dict(load.get("calibration") or {})))
+                        dict(load.get("calibration") or {}), list(load.get("steering") or [])))
     return runs
 
 

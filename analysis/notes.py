@@ -33,6 +33,21 @@ def number_notes(summary: pd.DataFrame) -> list[str]:
     return notes
 
 
+def energy_and_speculation_notes(summary: pd.DataFrame) -> list[str]:
+    """Why the GPU columns are absent, and what speculative decoding's figures mean here."""
+    notes = []
+    if len(summary) and "gpu_j_per_output_token" not in summary:
+        notes.append("GPU power and energy: not measured (no run has a gpu.csv: no GPU on the load generator's host "
+                     "and no --dcgm-url, or --gpu-telemetry off); the columns are left out, not zero")
+    if "spec_acceptance_rate" in summary and summary["spec_acceptance_rate"].notna().any():
+        notes.append("Speculative decoding: acceptance rate is accepted / drafted tokens, mean accepted length "
+                     "1 + accepted / drafts (vLLM's convention, the bonus token counted), from vLLM's counters over "
+                     "each window; a chunk then carries several tokens, so ITL per chunk sits beside ITL per token "
+                     "(p*_itl_per_token_ms). On dummy weights acceptance is chance: the figures show the counters "
+                     "flow, not what a trained model accepts")
+    return notes
+
+
 DELIVERED_TOLERANCE = 0.01  # token counts per request that differ more than 1% across labels get a note
 
 

@@ -20,7 +20,7 @@ from .advice import client_lag_advice, lag_text
 from .figures import (markers_in_windows, plot_distributions, plot_forest, plot_p95, plot_timeline,  # noqa: F401
                       png, profile_colors, wide_range)
 from .markup import TABLE_CSS, cells, fmt_number, html_table, html_text, md_table, md_text  # noqa: F401
-from .notes import coalesced_gap_notes, delivered_token_notes, number_notes  # noqa: F401
+from .notes import coalesced_gap_notes, delivered_token_notes, energy_and_speculation_notes, number_notes  # noqa: F401
 from .summary import DEFAULT_MAX_CLIENT_LAG_MS
 from .verdict import Rule
 
@@ -61,6 +61,13 @@ TURNS_TEXT = ("Requests of conversation sessions by their turn: turns 1 to 5 eac
               "TTFT and ITL come from the raw samples of succeeded requests; the session columns describe the load "
               "level (the same on each of its rows): sessions seen in the measured phase, turns each played there, "
               "and sessions whose every request succeeded. The table is summary_by_turn.csv.")
+SPANS_TEXT = ("vLLM's own span of each request (--server-spans: OpenTelemetry, joined by the trace id each "
+              "request carried): its time in vLLM's queue, in prefill (first token minus scheduled), in decode, "
+              "admission (arrival in the engine to its queue) and outside the engine (the client's TTFT minus "
+              "vLLM's: the API server, tokenization, network and the client). The tail is the requests above the "
+              "level's p95 TTFT; its shares are of their summed client TTFT. Rows by persona and turn follow each "
+              "level's (group). The tables are server_spans.csv, comparison_server_spans.csv and, per request, "
+              "request_spans.csv.")
 PERSONAS_TEXT = ("Each persona's own requests (summary_by_persona.csv): latency from the raw samples of its succeeded "
                  "requests, throughput from its requests completed in the measured window, the share meeting its SLO "
                  "and goodput against its own slo. The server's figures are the level's, in the summary above.")
@@ -135,13 +142,18 @@ class ReportInput:
     turn_notes: list[str] = field(default_factory=list)  # turns.turn_lines and trimmed_note
     personas: list = field(default_factory=list)  # personas.persona_sections: (name, SLO text, table, lines)
     every_persona: bool = False  # --every-persona-within-slo took effect
+    spans: pd.DataFrame | None = None  # spans.SPANS: vLLM's own spans joined (--server-spans runs only)
+    span_lines: list[str] = field(default_factory=list)  # spans.attribution_lines and coverage_lines
+    span_comparison: pd.DataFrame | None = None  # spans.SPAN_COMPARISON
+    slowest_figure: object = None  # spans.plot_slowest's figure
 
 
 def sections(r: ReportInput, figures: dict[str, bytes], forest) -> list[tuple[str, list]]:
     """The report as data: (heading, parts), each part ``(kind, value)`` for ``_md`` / ``_html``."""
     summary, baseline, untrusted = r.summary, r.baseline, r.untrusted
     placed = markers_in_windows(r.markers, r.runs)
-    notes = [*r.extra_notes, *number_notes(summary), *coalesced_gap_notes(r.samples)]
+    notes = [*r.extra_notes, *number_notes(summary), *coalesced_gap_notes(r.samples),
+             *energy_and_speculation_notes(summary)]
 
     def verdict_text(p, v):
         note = (f" (UNTRUSTED at {', '.join(untrusted[p])}: the client fell behind or did not send the asked load, "
@@ -178,6 +190,11 @@ def sections(r: ReportInput, figures: dict[str, bytes], forest) -> list[tuple[st
         *persona_parts,
         *((("Conversations: TTFT by turn", [("text", TURNS_TEXT), *([("list", r.turn_notes)] if r.turn_notes else []),
                                               ("table", by_turn)]),) if len(by_turn) else ()),
+        *((("Where each request's time went (vLLM's spans)",
+            [("text", SPANS_TEXT), *([("list", r.span_lines)] if r.span_lines else []), ("table", r.spans),
+             *([("table", r.span_comparison)] if r.span_comparison is not None and len(r.span_comparison) else []),
+             *([("image", "slowest-requests")] if "slowest-requests" in figures else [])]),)
+          if r.spans is not None and len(r.spans) else ()),
         ("Can the client's numbers be trusted?", [("text", TRUST_TEXT), *([("list", advice)] if advice else []),
                                                   ("table", summary[TRUST_SHOWN])]),
         *((("Open loop: latency from the intended send, lateness, client queue",
@@ -190,7 +207,7 @@ def sections(r: ReportInput, figures: dict[str, bytes], forest) -> list[tuple[st
           if failed is not None and len(failed) else ()),
         *((("Markers set during the runs (web UI)", [("table", placed)]),) if len(placed) else ()),
         *((("Notes on the numbers", [("list", notes)]),) if notes else ()),
-        ("Figures", [("image", name) for name in figures if name != "effect-sizes"]),
+        ("Figures", [("image", name) for name in figures if name not in ("effect-sizes", "slowest-requests")]),
     ]
 
 
@@ -202,6 +219,8 @@ def write_reports(out_dir: Path, r: ReportInput) -> tuple[Path, Path]:
     figures = {**({"effect-sizes": png(forest)} if forest is not None else {}),
                "distributions": png(plot_distributions(r.samples, colors)), "p95-vs-load": png(plot_p95(summary, colors)),
                "timeline": png(plot_timeline(r.samples, r.server, r.runs, r.markers, colors))}
+    if r.slowest_figure is not None:
+        figures["slowest-requests"] = png(r.slowest_figure)
     fig_dir = out_dir / "report-figures"
     fig_dir.mkdir(exist_ok=True)
     for name, data in figures.items():

@@ -21,6 +21,7 @@ from vllm_locust.core.schema import (CLIENT, CPU_PCT, E2E_FROM_INTENDED, IDS, IT
 
 from vllm_locust.core.trust import implied_errors
 
+from . import runfigures
 from . import server as server_stats
 from .goodput import Slo, from_intended, goodput
 from .stats import percentiles
@@ -36,6 +37,7 @@ DEFAULT_MAX_CLIENT_LAG_MS = 0.0
 DEFAULT_MAX_SEND_LATENESS_MS = 10.0
 # The endpoint whose rows' content_chunks are the inputs each request embedded (``plugin.user`` reply_record).
 EMBEDDINGS = "embeddings"
+runfigures.load_modules()  # speculative decoding, GPU energy: columns only where a run has them
 SERVER_MEANS = (PER_RUN.mean_kv_cache_usage, PER_RUN.prefix_cache_hit_rate, PER_RUN.server_queue_ms,
                 PER_RUN.server_prefill_ms, PER_RUN.server_decode_ms, PER_RUN.server_ttft_mean_ms,
                 PER_RUN.server_itl_mean_ms, PER_RUN.server_p95_ttft_ms, PER_RUN.server_p95_itl_ms)
@@ -92,9 +94,11 @@ def client_audit(client: pd.DataFrame, max_lag_ms: float = DEFAULT_MAX_CLIENT_LA
 
 def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame, durations: dict,
             client: pd.DataFrame | None = None, max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS,
-            slo: Slo | None = None, completions: tuple[pd.DataFrame, dict] | None = None) -> pd.DataFrame:
+            slo: Slo | None = None, completions: tuple[pd.DataFrame, dict] | None = None,
+            windows: dict | None = None) -> pd.DataFrame:
     """One row per run: throughput, server figures and the client audit (inputs to the repeats' aggregate).
-    ``completions``: ``tidy.tidy_completions(runs)``, the throughput's source where a run has a window."""
+    ``completions``: ``tidy.tidy_completions(runs)``, the throughput's source where a run has a window;
+    ``windows``: each run's measured windows (``Run.windows``), over which its energy is counted."""
     client = client if client is not None else pd.DataFrame(columns=[IDS.run_key, *CLIENT])
     done, window_s = completions if completions is not None else (None, {})
     rows = []
@@ -104,7 +108,14 @@ def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame,
         windowed = window_s.get(run_key, 0.0) > 0
         tok_s, req_s = run_throughput(r, durations.get(run_key, end - start),
                                       done[done[IDS.run_key] == run_key] if windowed else None, window_s.get(run_key, 0.0))
-        srv = server_stats.run_server_stats(server_stats.window(server[server[IDS.run_key] == run_key], start, end))
+        mine = server[server[IDS.run_key] == run_key]
+        srv = server_stats.run_server_stats(server_stats.window(mine, start, end))
+        seconds = window_s[run_key] if windowed else durations.get(run_key, end - start)
+        spans = tuple((windows or {}).get(run_key) or ()) if windowed else ()
+        extra = runfigures.figures_of(runfigures.RunWindow(
+            server_stats.window(mine, min([start, *(a for a, _ in spans)]), max([end, *(b for _, b in spans)])),
+            start, end, seconds, tok_s * seconds if tok_s == tok_s else 0.0, req_s * seconds if req_s == req_s else 0.0,
+            spans, mine))
         audit = client_audit(client[client[IDS.run_key] == run_key], max_client_lag_ms)
         good = goodput(r, s, slo, durations.get(run_key, end - start), (req_s, tok_s) if windowed else None)
         inputs_s = run_inputs_per_s(r, window_s[run_key] if windowed else durations.get(run_key, end - start))
@@ -115,9 +126,10 @@ def per_run(samples: pd.DataFrame, requests: pd.DataFrame, server: pd.DataFrame,
                      PER_RUN.goodput_requests_per_s: good[PER_RUN.goodput_requests_per_s],
                      PER_RUN.goodput_tokens_per_s: good[PER_RUN.goodput_tokens_per_s],
                      PER_RUN.window_start_s: start, PER_RUN.window_end_s: end, **srv, **audit,
-                     **({} if inputs_s is None else {OPTIONAL_SUMMARY.inputs_per_s: inputs_s})})
+                     **({} if inputs_s is None else {OPTIONAL_SUMMARY.inputs_per_s: inputs_s}), **extra})
     embeds = [OPTIONAL_SUMMARY.inputs_per_s] if any(OPTIONAL_SUMMARY.inputs_per_s in row for row in rows) else []
-    return pd.DataFrame(rows, columns=[*(c for c in PER_RUN if c != PER_RUN.step), *embeds])
+    return pd.DataFrame(rows, columns=[*(c for c in PER_RUN if c != PER_RUN.step), *embeds,
+                                       *runfigures.present(rows)])
 
 
 def runs_per_run(runs: list, slo: Slo | None = None, max_client_lag_ms: float = DEFAULT_MAX_CLIENT_LAG_MS
@@ -128,7 +140,7 @@ def runs_per_run(runs: list, slo: Slo | None = None, max_client_lag_ms: float = 
     samples = successful_samples(tidy_samples(runs), requests)
     durations = {r.run_key: float(r.record.get(RUN.duration_s) or 0) for r in runs}
     frame = per_run(samples, requests, tidy_server(runs), durations, tidy_client(runs), max_client_lag_ms, slo,
-                    tidy_completions(runs))
+                    tidy_completions(runs), {r.run_key: list(r.windows) for r in runs if r.windows})
     return samples, requests, frame
 
 
@@ -224,9 +236,11 @@ def summarize(samples: pd.DataFrame, requests: pd.DataFrame, runs: pd.DataFrame,
         row[SUMMARY.goodput_tokens_per_s] = _mean(per, PER_RUN.goodput_tokens_per_s)
         if OPTIONAL_SUMMARY.inputs_per_s in per:
             row[OPTIONAL_SUMMARY.inputs_per_s] = _mean(per, OPTIONAL_SUMMARY.inputs_per_s)
+        extras = [c for c in runfigures.present([dict.fromkeys(runs.columns)]) if c in per]
+        row.update({c: runfigures.combine(per, c) for c in extras})
         rows.append(row)
     embeds = [OPTIONAL_SUMMARY.inputs_per_s] if any(OPTIONAL_SUMMARY.inputs_per_s in row for row in rows) else []
-    table = pd.DataFrame(rows, columns=[*SUMMARY, *embeds]).sort_values([SUMMARY.profile, *LEVEL]).reset_index(drop=True)
+    table = pd.DataFrame(rows, columns=[*SUMMARY, *embeds, *runfigures.present(rows)]).sort_values([SUMMARY.profile, *LEVEL]).reset_index(drop=True)
     return with_part_itl(table, samples)
 
 

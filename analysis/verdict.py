@@ -18,6 +18,7 @@ import pandas as pd
 from vllm_locust.core.schema import (COMPARISON, E2E, IDS, ITL, LEVEL, PER_RUN, SAMPLE, SUMMARY, TPOT, TTFT, VERDICT,
                                      level_name, pct_col)
 
+from . import runfigures
 from .goodput import Slo, met_groups
 from .stats import bootstrap_ci, pct_change
 from .tidy import at_level
@@ -89,6 +90,12 @@ def compare(samples: pd.DataFrame, runs: pd.DataFrame, baseline: str, rule: Rule
             for column in (PER_RUN.output_tokens_per_s, *((PER_RUN.goodput_requests_per_s,) if rule.slo else ())):
                 bt, kt = at_level(runs, baseline, *level)[column].to_numpy(), at_level(runs, profile, *level)[column].to_numpy()
                 add(profile, level, column, throughput_ci(bt, kt, rule.bootstrap, rng, rule.level))
+            for column in (c for c in runfigures.compared_columns() if c in runs):  # energy per token, ...
+                bt = at_level(runs, baseline, *level)[column].to_numpy(dtype=float)
+                kt = at_level(runs, profile, *level)[column].to_numpy(dtype=float)
+                bt, kt = bt[~np.isnan(bt)], kt[~np.isnan(kt)]
+                if len(bt) and len(kt):  # a figure one side lacks (a GPU on one host only): no comparison
+                    add(profile, level, column, throughput_ci(bt, kt, rule.bootstrap, rng, rule.level))
             if rule.slo is not None and requests is not None:
                 bg = met_groups(at_level(requests, baseline, *level), b, rule.slo)
                 kg = met_groups(at_level(requests, profile, *level), k, rule.slo)

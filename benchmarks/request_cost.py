@@ -13,6 +13,7 @@ the top functions by own time.
     python benchmarks/request_cost.py --client floor   # the same for request_floor.py's bare sockets
     python benchmarks/request_cost.py --pin   # the client on one CPU, the mock on others (another core)
     python benchmarks/request_cost.py --root /tmp/before   # an earlier tree's suite, measured the same way
+    python benchmarks/request_cost.py --locust-arg=--trace-requests   # each request with its own traceparent
 
 ``--wave N``: N users, fixed 64-token replies at the mock's exact timing (TTFT 100 ms, ITL 5 ms), so
 every stream of a wave ends in the same instant and the next wave's N requests start together; the
@@ -66,11 +67,15 @@ def request_rows(out: str):
             yield from csv.DictReader(f)
 
 
+LOCUST_ARGS: list[str] = []  # --locust-arg
+
+
 def locust_command(server, users: int, duration_s: int, out: str, *workload: str) -> list[str]:
     """``locust --headless`` on the project's locustfile against the mock, raw rows into ``out``."""
     return [sys.executable, "-m", "locust", "-f", str(SUITE / "locustfile.py"), "--host", server.url,
             "--headless", "-u", str(users), "-t", f"{duration_s}s", "--only-summary", *workload,
-            "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING"]
+            "--samples-dir", out, "--prompt-cache-dir", out, "--stop-timeout", "10", "--loglevel", "WARNING",
+            *LOCUST_ARGS]
 
 
 def completed_requests(out: str) -> list[tuple[float, float]]:
@@ -260,9 +265,12 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true",
                         help="the client on one CPU, the mock on the others but that CPU's core (sched_setaffinity)")
     parser.add_argument("--root", default=str(ROOT), help="the tree whose suite runs (default: this one)")
+    parser.add_argument("--locust-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument for every Locust run (repeatable): --locust-arg=--trace-requests")
     args = parser.parse_args()
     global SUITE
     SUITE = Path(args.root).resolve()
+    LOCUST_ARGS[:] = args.locust_arg
     server = start_process()
     client_cpus = None
     if args.pin:

@@ -12,6 +12,9 @@ SERVE_KEYS=" model served-model-name tensor-parallel-size host port "
 # Flags that take several arguments: the profile's value is space-separated, one argument each
 # (lora-modules=a=models/lora-a b=models/lora-b); a relative NAME=PATH under the repo is made absolute.
 LIST_KEYS=" lora-modules "
+# Where vLLM sends its request spans when a profile says otlp-traces-endpoint=suite and SPANS_ENDPOINT
+# is not set: the suite's receiver (locust --server-spans 4318).
+DEFAULT_SPANS_ENDPOINT=http://127.0.0.1:4318/v1/traces
 
 die() { echo "launch: $*" >&2; exit 2; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
@@ -78,9 +81,20 @@ build_command() {
     --model "$model" --served-model-name "$SERVED_MODEL"
     --tensor-parallel-size "${TP:-${P_VALUES[tensor-parallel-size]:-1}}"
     --host "$SERVER_HOST" --port "$SERVER_PORT")
+  # Spans (locust --server-spans): SPANS_ENDPOINT, or a profile's otlp-traces-endpoint (the value
+  # "suite": SPANS_ENDPOINT or the suite's default receiver), makes vLLM export one span per request
+  # over OTLP/HTTP protobuf, in batches every OTEL_BSP_SCHEDULE_DELAY ms: 500 here, as the SDK's
+  # default of 5000 holds the last requests' spans back 5 s after the load stops.
+  TRACES_ENDPOINT=${P_VALUES[otlp-traces-endpoint]:-}
+  [[ "$TRACES_ENDPOINT" == suite ]] && TRACES_ENDPOINT=${SPANS_ENDPOINT:-$DEFAULT_SPANS_ENDPOINT}
+  [[ -z "$TRACES_ENDPOINT" && -n "${SPANS_ENDPOINT:-}" ]] && TRACES_ENDPOINT=$SPANS_ENDPOINT
+  if [[ -n "$TRACES_ENDPOINT" ]]; then
+    [[ -v "P_ENV[OTEL_EXPORTER_OTLP_TRACES_PROTOCOL]" ]] || P_ENV[OTEL_EXPORTER_OTLP_TRACES_PROTOCOL]=http/protobuf
+    [[ -v "P_ENV[OTEL_BSP_SCHEDULE_DELAY]" ]] || P_ENV[OTEL_BSP_SCHEDULE_DELAY]=500
+  fi
   local key value
   for key in "${P_KEYS[@]}"; do
-    [[ "$SERVE_KEYS" == *" $key "* ]] && continue
+    [[ "$SERVE_KEYS" == *" $key "* || "$key" == otlp-traces-endpoint ]] && continue
     value=${P_VALUES[$key]}
     if [[ "$LIST_KEYS" == *" $key "* ]]; then
       local item items=() parts
@@ -98,11 +112,29 @@ build_command() {
       *) SERVER_CMD+=("--$key" "$value") ;;
     esac
   done
+  [[ -n "$TRACES_ENDPOINT" ]] && SERVER_CMD+=(--otlp-traces-endpoint "$TRACES_ENDPOINT")
   # /reset_prefix_cache exists only in dev mode; the sweep resets the cache between runs.
   SERVER_ENV=(VLLM_SERVER_DEV_MODE=1)
   while IFS= read -r key; do
     if [[ -n "$key" ]]; then SERVER_ENV+=("$key=${P_ENV[$key]}"); fi
   done < <(printf "%s\n" "${!P_ENV[@]}" | sort)
+}
+
+# check_tracing: a vLLM asked to export spans whose Python lacks OpenTelemetry refuses to start
+# ("OpenTelemetry is not available"): say so in one line and start it without spans instead.
+check_tracing() {
+  [[ -n "${TRACES_ENDPOINT:-}" ]] || return 0
+  if ! "$VLLM_PY" -c 'import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter' 2>/dev/null; then
+    echo "launch: spans are off: $VLLM_PY lacks the OpenTelemetry packages (pip install opentelemetry-sdk" \
+         "opentelemetry-exporter-otlp); vLLM starts without --otlp-traces-endpoint, the join has no server side" >&2
+    local kept=() i
+    for (( i = 0; i < ${#SERVER_CMD[@]}; i++ )); do
+      if [[ "${SERVER_CMD[i]}" == --otlp-traces-endpoint ]]; then i=$((i + 1)); continue; fi
+      kept+=("${SERVER_CMD[i]}")
+    done
+    SERVER_CMD=("${kept[@]}")
+    TRACES_ENDPOINT=
+  fi
 }
 
 print_command() {

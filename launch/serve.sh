@@ -5,7 +5,8 @@
 #   --check           check every flag against the installed vLLM's parser and exit (several
 #                     profiles at once: serve.sh --check A B C, one vLLM import for all)
 #   --sweep-settings  print the profile's sweep.NAME=value lines (for launch/sweep.py) and exit
-# Environment: MODEL, SERVED_MODEL_NAME, TP, HOST (default 127.0.0.1), PORT (default 8000), VLLM_PYTHON.
+# Environment: MODEL, SERVED_MODEL_NAME, TP, HOST (default 127.0.0.1), PORT (default 8000), VLLM_PYTHON,
+#   SPANS_ENDPOINT (vLLM's request spans to the suite's receiver: locust --server-spans PORT).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -27,6 +28,7 @@ $(list_profiles | sed 's/,/, /g' | fold -s -w 94 | sed 's/^/  /; s/ *$//')
 
 Environment: MODEL (the model path or name), SERVED_MODEL_NAME, TP (tensor parallel size),
 HOST (default 127.0.0.1), PORT (default 8000), SERVER_CPUS (a taskset CPU list for vLLM),
+SPANS_ENDPOINT (vLLM exports its request spans there, OTLP/HTTP: locust --server-spans PORT),
 HEALTH_TIMEOUT (seconds, default 600), VLLM_PYTHON (the vLLM interpreter), OPENAI_API_KEY.
 EOF
 }
@@ -69,6 +71,7 @@ if [[ -n "$check_only" ]]; then
 fi
 require_free_port
 check_flags --cache
+check_tracing
 
 run_dir=${run_dir:-$ROOT/runs/serve-$profile-$(date +%Y%m%d-%H%M%S)}
 trap stop_server EXIT

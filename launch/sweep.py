@@ -35,11 +35,13 @@ import requests
 from launch.manifest import external_manifest
 from launch.server import ServerError, ServerProcess, last_line, serve_sh
 from vllm_locust.core.arrivals import parse_rates
+from vllm_locust.core.hosts import is_loopback_url
 from vllm_locust.core.versions import versions
 from vllm_locust.core.schema import (FAILURE_RECORD, INCOMPLETE, LOCUST_CSV_PREFIX, LOCUST_LOG, LOCUST_WORKERS_LOG,
-                                MANIFEST, METRICS_AFTER, METRICS_BEFORE, METRICS_CSV, RUN_RECORD, FailureRecord,
+                                MANIFEST, METRICS_AFTER, METRICS_BEFORE, METRICS_CSV, GPU_CSV, RUN_RECORD, FailureRecord,
                                 RecordError, RunRecord, level_name, read_record, server_dir, sweep_run_dir,
                                 sweep_run_id, write_json_atomic)
+from vllm_locust.backend import gputelemetry
 from vllm_locust.backend.scraper import ScrapeThread, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="record a failed run or server and go on to the next run or profile")
     p.add_argument("--health-timeout", type=float, default=float(os.environ.get("HEALTH_TIMEOUT", 600)),
                    help="seconds a started vLLM has to answer /health (env HEALTH_TIMEOUT; default 600)")
+    p.add_argument("--gpu-telemetry", choices=gputelemetry.MODES, default="auto",
+                   help="GPU power, energy, utilization, memory, SM clock and temperature each second into every "
+                        "run's gpu.csv: auto (--dcgm-url if given, else NVML when the server is on this host), "
+                        "nvml, dcgm, off")
+    p.add_argument("--dcgm-url", default="", help="a DCGM exporter's /metrics (http://gpu-host:9400) for a server "
+                                                  "on another host")
     return p
 
 
@@ -476,6 +484,14 @@ class Sweep:
         except requests.RequestException as err:
             log(f"warning: {url}/reset_prefix_cache failed ({type(err).__name__}); prefix cache not reset")
 
+    def gpu_source(self, url: str):
+        """The GPU telemetry source of this sweep (chosen once; its absence said once)."""
+        if not hasattr(self, "_gpu"):
+            self._gpu, why = gputelemetry.choose(self.args.gpu_telemetry, self.args.dcgm_url, is_loopback_url(url))
+            if why:
+                log(why)
+        return self._gpu
+
     def one_run(self, label: str, level: tuple, r: int, url: str, sdir: Path, server: ServerProcess | None,
                 reset_cache: bool) -> None:
         rate, c = level
@@ -490,7 +506,8 @@ class Sweep:
         snapshot(url, directory / METRICS_BEFORE, self.api_key)
         started_at = now_iso()
         with open(directory / "scraper.log", "w") as scraper_errors:
-            scraper = ScrapeThread(url, directory / METRICS_CSV, 1.0, self.api_key, errors=scraper_errors).start()
+            scraper = ScrapeThread(url, directory / METRICS_CSV, 1.0, self.api_key, errors=scraper_errors,
+                                   gpu=self.gpu_source(url), gpu_out=directory / GPU_CSV).start()
             try:
                 rc = self.locust(directory, url, level, sweep_run_id(label, c, r, rate))
             finally:

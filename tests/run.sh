@@ -36,6 +36,7 @@ if [[ "${1:-}" == "--latest" ]]; then
 fi
 bash launch/setup.sh
 bash launch/install_browser.sh
+bash launch/install_prometheus.sh
 export REQUIRE_INTEGRATION=1
 # The whole run: three pytest processes side by side, then the timing files alone
 # (tests/parallel.py; about 16 minutes on a clean clone here, setup included, against 28 in one

@@ -13,7 +13,8 @@ SEED_OPTIMIZED = ("--gpu-memory-utilization 0.92 --max-num-seqs 128 --max-num-ba
 
 
 def serve(*args, env=None):
-    full_env = {k: v for k, v in os.environ.items() if k not in ("MODEL", "PORT", "TP", "HOST", "SERVED_MODEL_NAME")}
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("MODEL", "PORT", "TP", "HOST", "SERVED_MODEL_NAME", "SPANS_ENDPOINT")}
     full_env.update(env or {})
     return subprocess.run(["bash", str(ROOT / "launch" / "serve.sh"), *args], capture_output=True, text=True,
                           env=full_env, timeout=30)
@@ -109,3 +110,31 @@ def test_help_is_a_clean_usage_that_lists_the_profiles():
         assert profile in text, f"{profile} not listed"
     for flag in ("--dry-run", "--check", "--sweep-settings", "--run-dir", "MODEL", "PORT", "SERVER_CPUS"):
         assert flag in text, flag
+
+
+def test_spans_go_to_the_suites_receiver_by_profile_or_by_spans_endpoint():
+    """``otlp-traces-endpoint=suite`` (tracing-cpu, tracing) or ``SPANS_ENDPOINT`` on any profile: vLLM
+    exports its request spans over OTLP/HTTP protobuf, in batches every 500 ms; without either, none."""
+    traced = serve("tracing-cpu", "--dry-run").stdout
+    assert "--otlp-traces-endpoint http://127.0.0.1:4318/v1/traces" in traced and "suite" not in traced.split()
+    assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf" in traced and "OTEL_BSP_SCHEDULE_DELAY=500" in traced
+    elsewhere = serve("tracing", "--dry-run", env={"MODEL": "/m", "SPANS_ENDPOINT": "http://127.0.0.1:9999/v1/traces"})
+    assert elsewhere.stdout.count("--otlp-traces-endpoint") == 1 and "127.0.0.1:9999/v1/traces" in elsewhere.stdout
+    any_profile = serve("optimized-cpu", "--dry-run", env={"SPANS_ENDPOINT": "http://127.0.0.1:9999/v1/traces"}).stdout
+    assert "--otlp-traces-endpoint http://127.0.0.1:9999/v1/traces" in any_profile
+    plain = serve("baseline-cpu", "--dry-run").stdout
+    assert "otlp" not in plain and "OTEL_" not in plain
+
+
+def test_a_vllm_without_opentelemetry_starts_without_spans_and_says_so_once(tmp_path):
+    """vLLM refuses to start with --otlp-traces-endpoint when its Python lacks OpenTelemetry: serve.sh
+    says so in one line and drops the flag (the run's rows then stay unjoined, and the run says that)."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nexit 1\n")  # a Python whose imports all fail
+    python.chmod(0o755)
+    proc = subprocess.run(["bash", "-c", f"source {ROOT}/launch/lib.sh; build_command tracing-cpu; check_tracing; "
+                                         "print_command"], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "VLLM_PYTHON": str(python), "PROFILES_DIR": str(ROOT / "profiles")})
+    assert proc.returncode == 0, proc.stderr
+    assert "--otlp-traces-endpoint" not in proc.stdout and "--max-model-len 4096" in proc.stdout
+    assert proc.stderr.count("spans are off") == 1 and "OpenTelemetry" in proc.stderr

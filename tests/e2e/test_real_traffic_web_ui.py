@@ -34,6 +34,7 @@ def test_dataset_and_conversation_runs_start_from_the_web_form(tmp_path):
                            "--prompt-cache-dir", "") as (base, _ui):
             run_both(server, base, custom, rows, chats)
             replay_a_trace(server, base, tmp_path / "trace.jsonl")
+            images_from_the_form(server, base)
     finally:
         server.stop()
 
@@ -89,6 +90,21 @@ def replay_a_trace(server, base: str, path: Path) -> None:
     sent = server.log()
     assert sorted(r["body"]["max_tokens"] for r in sent) == [3 + i for i in range(len(times))], \
         "each row once, with its own output_length"
+
+
+def images_from_the_form(server, base: str) -> None:
+    """4. Images (issue 44) from the form: each request's own synthetic PNGs, as image_url parts."""
+    server.configure(ttft_ms=5, itl_ms=1, tokens=8, log_bodies=True)
+    started = http.post(base + "/swarm", headers={"Origin": base}, timeout=30, data=form(
+        host=server.url, workload="fixed", prompt_tokens="16", max_tokens="3", images_per_request="2",
+        image_size="32x32,16x24", image_format="png", no_unique_prompts="false"))  # run 1 set it
+    assert started.status_code == 200 and started.json()["success"], started.text
+    until(lambda: len(server.log()) >= 4, "requests with images")
+    stop(base)
+    sent = server.log()
+    assert all(len(r["images"]) == 2 for r in sent), [len(r["images"]) for r in sent]
+    digests = [d for r in sent for d in r["images"]]
+    assert len(set(digests)) == len(digests), "every request's images its own"
 
 
 def stop(base: str) -> None:

@@ -92,6 +92,48 @@ def test_workers_whose_plugin_attaches_after_their_spawn_still_send_and_record(t
     assert rows["worker_id"].nunique() == 2, "both workers sent their share"
 
 
+STARVED_WORKERS_LOCUSTFILE = '''
+from gevent import monkey
+from locust import events
+from locust.runners import WorkerRunner
+
+
+@events.test_start.add_listener
+def a_starved_workers_start(environment, **_kwargs):
+    if isinstance(environment.runner, WorkerRunner):
+        monkey.get_original("time", "sleep")(6)  # the event loop blocked: no heartbeat, as a starved worker sends none
+
+
+from vllm_locust.plugin import user  # noqa: E402
+
+
+class ChatStreamUser(user.ChatStreamUser):
+    pass
+'''
+
+
+def test_workers_starved_at_their_start_are_not_called_missing(tmp_path):
+    """CI at ee326b1 (three shards beside vLLM on two cores): both workers of a ``--processes 2`` run
+    sent no heartbeat for four seconds as their test started; Locust called the last one missing
+    and stopped the test, and the headless run, whose ``-t`` starts once every worker has built,
+    hung until the test's timeout. Made certain here by six seconds of a blocked event loop on each
+    worker: the master, which heard them moments before, keeps them, and the run goes."""
+    locustfile = tmp_path / "starved.py"
+    locustfile.write_text(STARVED_WORKERS_LOCUSTFILE)
+    server = start_fake_server()
+    server.configure(ttft_ms=5, itl_ms=1, tokens=4)
+    try:
+        proc = run_locust("--host", server.url, "--headless", "--only-summary", "--samples-dir", str(tmp_path),
+                          "--prompt-cache-dir", "", *processes(2), "-u", "2", "-r", "2", "-t", "3s", *LOAD,
+                          locustfile=locustfile, timeout=60)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "went missing" not in proc.stderr, proc.stderr[-3000:]
+    rows = request_rows(tmp_path)
+    assert (rows["kind"] == "ok").sum() > 0 and rows["worker_id"].nunique() == 2, proc.stderr[-3000:]
+
+
 def test_start_checks_past_their_deadline_stop_the_run_with_one_line(tmp_path):
     server = start_fake_server()
     server.configure(hostile="drip-models", drip_ms=1000)
@@ -152,3 +194,32 @@ def test_t_counts_from_the_first_request_not_from_lockusts_start(tmp_path):
     assert record["options"]["run_time"] == 3, "the option is recorded as given"
     sent = pd.concat(pd.read_csv(p) for p in tmp_path.glob("requests-*.csv"))["sent_at_s"]
     assert sent.min() >= window_start, "no request left before the measured window began"
+
+
+def test_a_steps_run_whose_workers_build_past_the_warm_up_keeps_one_warm_up_then_one_measured_period(tmp_path):
+    """Seen (CI at 882f3af and f9348b0, real vLLM beside two other shards): the workers' build
+    outlasted ``--step-warmup``, the master's shape published the measured phase while they built,
+    then the clock started over once they had: phases warm-up, measured, warm-up, measured, and
+    requests sent in the warm-up were labelled measured. The shape's clock now holds at its start
+    until every worker has built."""
+    import json
+
+    import pandas as pd
+
+    server = start_fake_server()
+    server.configure(ttft_ms=5, itl_ms=1, tokens=8, tokenize_ms=30)  # a build of ~5 s, past the 1 s warm-up
+    try:
+        proc = headless(server.url, tmp_path, *processes(1), "--request-rate", "8", "--burstiness", "inf",
+                        "--max-concurrency", "4", "--step-warmup", "1", "--step-duration", "2", *LOAD)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("loadrun-*.json")]
+    phases = [change["phase"] for change in record["timeline"] if "phase" in change]
+    collapsed = [p for i, p in enumerate(phases) if i == 0 or p != phases[i - 1]]
+    assert collapsed == ["warmup", "measured"], record["timeline"]
+    measured_from = next(c["t_s"] for c in record["timeline"] if c.get("phase") == "measured")
+    rows = pd.concat(pd.read_csv(p) for p in tmp_path.glob("requests-*.csv"))
+    measured = rows[rows["phase"] == "measured"]
+    assert len(measured) > 0 and (rows[rows["phase"] == "warmup"]["intended_at_s"] < measured_from).all()
+    assert (measured["intended_at_s"] >= measured_from - 1e-6).all(), measured["intended_at_s"].min()

@@ -76,12 +76,15 @@ def test_the_vllm_server_tab_in_a_real_browser(tmp_path):
     from selenium.webdriver.common.by import By
 
     server = start_fake_server()
-    server.configure(ttft_ms=30, itl_ms=5, tokens=40)
+    spans_port = free_port()  # the mock sends its request spans to the run's receiver (--server-spans)
+    server.configure(ttft_ms=30, itl_ms=5, tokens=40, spans_url=f"http://127.0.0.1:{spans_port}/v1/traces",
+                     gpu_power_w=250.0)  # two GPUs on the mock's DCGM exporter page
     port = free_port()
     samples = tmp_path / "ui-run"
     ui = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
                            "--web-host", "127.0.0.1", "--web-port", str(port), *processes(2),
-                           "--samples-dir", str(samples), "--prompt-tokens", "64", "--max-tokens", "40"],
+                           "--samples-dir", str(samples), "--prompt-tokens", "64", "--max-tokens", "40",
+                           "--server-spans", str(spans_port), "--dcgm-url", f"{server.url}/dcgm"],
                           cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     driver = None
@@ -113,6 +116,16 @@ def test_the_vllm_server_tab_in_a_real_browser(tmp_path):
         assert 25 < later["client"][-1]["ttft_p50_ms"] < 1000, "client TTFT of a 30 ms server"
         assert driver.find_elements(By.CSS_SELECTOR, "#chart-ttft path[data-series='client p50']")
         assert driver.find_elements(By.CSS_SELECTOR, "#chart-requests path[data-series='running']")
+        # GPU telemetry (--dcgm-url): power summed over the two GPUs, utilization their mean
+        assert later["latest"]["gpu_power_w"] == 500.0 and later["latest"]["gpu_util_pct"] == 90.5
+        assert driver.find_elements(By.CSS_SELECTOR, "#chart-gpu-power path[data-series='power']")
+        assert driver.find_elements(By.CSS_SELECTOR, "#chart-gpu-util path[data-series='utilization']")
+        # vLLM's side of each request, live (--server-spans): the mock's spans, its own times
+        spans = until(lambda: (d := data()) and d["spans"] and d["spans"]["spans"] >= 4 and d["spans"], "the spans' breakdown")
+        parts = {c["name"]: c for c in spans["components"]}
+        assert 29 < parts["server TTFT"]["p50_ms"] < 40 and 29 < parts["prefill"]["p50_ms"] < 40, parts
+        assert parts["queue"]["p95_ms"] < 5, "the mock queues nothing here"
+        assert until(lambda: driver.find_elements(By.CSS_SELECTOR, "#spans-table tr[data-component='queue']"), "the table")
 
         driver.find_element(By.ID, "reset-prefix-cache").click()
         until(lambda: "prefix cache reset" in driver.find_element(By.ID, "control-status").text, "the reset's answer")
@@ -158,3 +171,63 @@ def test_the_vllm_server_tab_in_a_real_browser(tmp_path):
     assert done.returncode == 0, done.stderr
     report = (samples / "report.md").read_text()
     assert "Markers set during the runs" in report and "config changed" in report
+
+
+def test_the_rate_steered_from_the_page_is_a_marker_and_a_new_phase(tmp_path):
+    """A person on the "vLLM server" page sets a request rate on a closed-loop run: the run becomes
+    open loop at that rate from then on, the change is a marker on the charts and step 1 of the rows."""
+    from selenium.webdriver.common.by import By
+
+    server = start_fake_server()
+    server.configure(ttft_ms=10, itl_ms=3, tokens=8)
+    port = free_port()
+    samples = tmp_path / "steered"
+    ui = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", server.url,
+                           "--web-host", "127.0.0.1", "--web-port", str(port), "--samples-dir", str(samples),
+                           "--prompt-tokens", "16", "--max-tokens", "8", "--steer-warmup", "0.5",
+                           "--slo", "ttft:400,itl:100"],
+                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    driver = None
+    try:
+        def ui_up():
+            try:
+                return http.get(base + "/stats/requests", timeout=2).ok
+            except http.ConnectionError:
+                return False
+
+        until(ui_up, "Locust's web UI")
+        assert http.post(base + "/swarm", data={"user_count": 4, "spawn_rate": 4}, timeout=10).json()["success"]
+        until(lambda: http.get(base + "/stats/requests", timeout=5).json()["state"] == "running", "the run to start")
+        driver = browser(tmp_path / "chromium-profile")
+        driver.get(base + "/vllm-server")
+        data = lambda: driver.execute_script("return window.vllmServerData || null")  # noqa: E731
+        first = until(lambda: (d := data()) and d.get("steer") and d["client"] and d["history"] and d, "the page's first figures")
+        assert driver.find_element(By.ID, "steer-step").text == "start"
+        assert first["latest"]["gpu_power_w"] is None, "no GPU here: no figure"
+        assert not driver.find_elements(By.ID, "chart-gpu-power"), "and no chart of zeros"
+        type_into(driver.find_element(By.ID, "steer-rate"), "20")
+        driver.find_element(By.ID, "steer-apply").click()
+        until(lambda: driver.find_element(By.ID, "control-status").text.startswith("step 1"), "the change's answer")
+        until(lambda: [e for e in driver.find_elements(By.CSS_SELECTOR, "#chart-ttft .marker-label")
+                       if e.text.startswith("step 1")], "the change's marker on the charts")
+        until(lambda: driver.find_element(By.ID, "steer-step").text == "1", "the new step shown")
+        until(lambda: "rate 20/s" in driver.find_element(By.ID, "steer-settings").text, "the rate in force")
+        until(lambda: driver.find_elements(By.CSS_SELECTOR, "#goodput-table tr[data-persona='all']"),
+              "the live goodput against the SLO")
+        http.post(base + "/stop", timeout=10)
+        until(lambda: glob.glob(str(samples / "loadrun-*.json")), "the run's load record")
+    finally:
+        if driver is not None:
+            driver.quit()
+        ui.terminate()
+        ui.wait(timeout=60)
+        server.stop()
+    (record,) = [json.loads(Path(p).read_text()) for p in glob.glob(str(samples / "loadrun-*.json"))]
+    assert [(c["step"], c["change"], c["source"]) for c in record["steering"]] == [(1, {"rate": 20.0}, "web")]
+    import pandas as pd
+
+    rows = pd.concat([pd.read_csv(p) for p in glob.glob(str(samples / "requests-*.csv"))])
+    before, after = rows[rows["step"].isna()], rows[rows["step"] == 1]
+    assert len(before) and before["request_rate"].isna().all(), "closed loop before the change"
+    assert len(after) and (after["request_rate"] == 20.0).all() and after["intended_at_s"].notna().all()

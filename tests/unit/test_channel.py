@@ -196,6 +196,8 @@ def test_the_receive_loop_survives_garbage_and_a_message_over_the_cap(secured, m
         good.send(Message("heartbeat", {"state": "running", "current_cpu_usage": 1.0}, "good"))
         addr, msg = got.get(timeout=30)
         assert (addr, msg.type) == ("good", "heartbeat"), "the loop goes on, and the big message never arrived"
+        assert locust_compat.heard_at("good") is not None, "the master knows when it last heard the worker"
+        assert locust_compat.heard_at("rogue") is None, "a dropped message is not a sign of life"
     finally:
         got.kill()
         for s in (good, server):

@@ -192,7 +192,7 @@ def test_new_request_columns_come_last():
     names = names_of(RequestRow)
     assert list(names[names.index("kind"):]) == ["kind", "session_id", "turn", "trimmed_turns", "persona", "ttfr_ms",
                                                  "ttfa_ms", "reasoning_tokens", "answer_tokens", "tool_call_ms",
-                                                 "tool_args_ms", "tool_calls"]
+                                                 "tool_args_ms", "tool_calls", "trace_id", "images", "image_bytes"]
 
 
 def test_the_request_rows_values_are_its_columns_by_name():
@@ -204,7 +204,8 @@ def test_the_request_rows_values_are_its_columns_by_name():
                   prompt_tokens=55, completion_tokens=66, content_chunks=77, finish_reason="stop",
                   intended_at_s=999.87654321, intended_perf_s=9.75, queue_ms=1.234567, target="b", pair_id="w7:41",
                   session_id="s-3", turn=4, trimmed_turns=2, ttfr_ms=11.111111, ttfa_ms=22.222222,
-                  reasoning_tokens=8, answer_tokens=9, tool_call_ms=33.333333, tool_args_ms=44.444444, tool_calls=2)
+                  reasoning_tokens=8, answer_tokens=9, tool_call_ms=33.333333, tool_args_ms=44.444444, tool_calls=2,
+                  images=3, image_bytes=123456)
     expected = RequestRow(
         run_id="run-9", worker_id="w7", request_id="w7:41", endpoint="chat", model="m", workload="fixed",
         prompt_index=6, prompt_kind="kind-x", sent_at_s=1000.123457, ttft_ms=101.2346, e2e_ms=502.3457,
@@ -212,7 +213,7 @@ def test_the_request_rows_values_are_its_columns_by_name():
         concurrency=32, step=3, intended_at_s=999.876543, lateness_ms=250.0, queue_ms=1.2346, request_rate=12.5,
         target="b", pair_id="w7:41", kind="ok", session_id="s-3", turn=4, trimmed_turns=2, persona="p1",
         ttfr_ms=11.1111, ttfa_ms=22.2222, reasoning_tokens=8, answer_tokens=9, tool_call_ms=33.3333,
-        tool_args_ms=44.4444, tool_calls=2)
+        tool_args_ms=44.4444, tool_calls=2, images=3, image_bytes=123456)
     assert dict(zip(names_of(RequestRow), full.row_values())) == {n: getattr(expected, n) for n in names_of(RequestRow)}
     assert request_row(full) == expected
     failed = record(failure=Failure(Outcome.HTTP_5XX, "HTTP 503: busy"), e2e_ms=None, tpot_ms=None)

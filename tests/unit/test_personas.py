@@ -6,10 +6,11 @@ from __future__ import annotations
 import csv
 from types import SimpleNamespace
 
+import gevent
 import pytest
 from locust.env import Environment
 from locust.event import Events
-from locust.runners import MasterRunner
+from locust.runners import MasterRunner, WorkerRunner
 
 from vllm_locust.core.arrivals import cumulative_weights, persona_of
 from vllm_locust.core.personas import OptionKind, PersonaError, parse_personas
@@ -219,6 +220,69 @@ def test_open_loop_gives_each_persona_only_the_arrivals_drawn_to_it(tmp_path, ca
                     "give -u at least one user per persona"], said
     open_loop.on_test_stop()
     assert all(p.schedule is None for p in open_loop.pacers.values())
+
+
+class FakeWorker(WorkerRunner):
+    """A worker's id and users only: no connection to a master."""
+
+    def __init__(self, client_id, users, worker_state="running"):  # noqa: super().__init__ would connect
+        self.client_id, self.users, self.greenlet, self.worker_state = client_id, users, None, worker_state
+
+    @property
+    def user_classes_count(self):
+        return self.users
+
+
+def test_a_worker_warns_of_a_persona_without_users_only_on_its_masters_slices_after_the_spawn(tmp_path, caplog):
+    """Before its users are spawned the master gives every worker a share of every persona; a
+    worker that spawned first warned of a persona the master then moved away (CI at 651367c)."""
+    master_env = environment(tmp_path, GOOD, request_rate="20")
+    master = VllmPlugin(master_env, worker_id="m", personas=install(master_env))
+    w1 = SimpleNamespace(id="w1", state="running", user_classes_count={})
+    master_env.runner = FakeMaster([w1])
+    before = master.open_loop.segment(20.0, 20.0)
+    worker_env = environment(tmp_path, GOOD, request_rate="20")
+    worker = VllmPlugin(worker_env, worker_id="w1", personas=install(worker_env))
+    worker_env.runner = FakeWorker("w1", {"chat": 2})
+    worker.run.follow(worker.open_loop.follow)
+    worker.open_loop.on_spawning_complete(user_count=2)
+    worker.run.publish(arrivals=before)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], "the master has not sliced after the spawn"
+    master.open_loop.on_spawning_complete(user_count=2)  # w1 reported no longdoc user: still every worker's
+    after = master.open_loop.segment(20.0, 20.0)
+    assert after["spawned"] and after["personas"]["longdoc"] == {"w1": 0}
+    worker.run.publish(arrivals=after)
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == ["persona longdoc has no users in this process: its share of the arrivals here is not sent; "
+                    "give -u at least one user per persona"], said
+
+
+@pytest.mark.parametrize("spawned_here, warned", [({"chat": 2, "longdoc": 1}, []), ({"chat": 3}, ["longdoc"])])
+def test_a_worker_that_has_not_spawned_yet_judges_its_personas_once_it_has(tmp_path, caplog, spawned_here, warned):
+    """The master's spawning_complete can reach a worker before its own spawn (the master waits a
+    second for reports; a worker busy building had not spawned): it warned of every persona (CI at
+    222dedb). It judges once its own users are there."""
+    master_env = environment(tmp_path, GOOD, request_rate="20")
+    master = VllmPlugin(master_env, worker_id="m", personas=install(master_env))
+    w1 = SimpleNamespace(id="w1", state="running", user_classes_count=spawned_here)
+    master_env.runner = FakeMaster([w1])
+    master.open_loop.on_spawning_complete(user_count=3)
+    sliced = master.open_loop.segment(20.0, 20.0)
+    assert sliced["spawned"]
+    worker_env = environment(tmp_path, GOOD, request_rate="20")
+    worker = VllmPlugin(worker_env, worker_id="w1", personas=install(worker_env))
+    runner = worker_env.runner = FakeWorker("w1", {}, worker_state="spawning")
+    worker.run.follow(worker.open_loop.follow)
+    worker.run.publish(arrivals=sliced)
+    worker.open_loop.on_spawning_complete(user_count=3)
+    gevent.sleep(0.5)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], "its own users are not spawned yet"
+    runner.users, runner.worker_state = spawned_here, "running"
+    gevent.sleep(0.5)
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [f"persona {name} has no users in this process: its share of the arrivals here is not sent; "
+                    "give -u at least one user per persona" for name in warned], said
+    worker.open_loop.on_test_stop()
 
 
 class FakeMaster(MasterRunner):

@@ -39,7 +39,9 @@ RULES = (
     Rule("vllm_locust/plugin", ("vllm_locust",)),
     Rule("vllm_locust/mock", ("vllm_locust.core", "vllm_locust.mock"), only_third_party=()),
     Rule("analysis", ("vllm_locust.core", "analysis"), never=NEVER_IN_ANALYSIS),
-    Rule("launch", ("vllm_locust.core", "vllm_locust.backend.scraper", "launch", "analysis"),
+    # the sweep scrapes /metrics and samples the GPUs of the host it runs on, as the plugin's scraper child does
+    Rule("launch", ("vllm_locust.core", "vllm_locust.backend.scraper", "vllm_locust.backend.gputelemetry", "launch",
+                    "analysis"),
          never=("locust", "gevent")),
 )
 

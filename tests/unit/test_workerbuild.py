@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import gevent
+import locust.runners
 import pytest
 from locust.rpc import Message
 from locust.runners import MasterRunner, WorkerRunner
@@ -22,6 +23,10 @@ class FakeMaster(MasterRunner):
 
     def __init__(self, clients):  # noqa: super().__init__ would bind the master's port
         self.clients, self.sent, self.handlers, self.greenlet = SimpleNamespace(all=clients), [], {}, None
+        self.quits = 0
+
+    def quit(self):
+        self.quits += 1
 
     def register_message(self, name, handler, concurrent=False):
         self.handlers[name] = handler
@@ -58,7 +63,7 @@ def gate_for(runner, build=lambda: None):
                           follow=lambda callback: None, send_to=lambda node: calls.append(f"state to {node}"))
     workload = SimpleNamespace(gate=None, build_all=build, failed=lambda err: failures.fail_run(f"cannot build: {err}"))
     env = SimpleNamespace(runner=runner, stats=SimpleNamespace(reset_all=lambda: calls.append("reset stats")))
-    gate = BuildGate(env, run, failures, workload, SimpleNamespace(arm=lambda s: calls.append("arm")),
+    gate = BuildGate(env, run, failures, workload, SimpleNamespace(arm=lambda s: calls.append("arm"), hold=lambda: calls.append("hold")),
                      SimpleNamespace(restart_schedule=lambda: calls.append("restart schedule")))
     gate.register(SimpleNamespace(test_start=SimpleNamespace(add_listener=lambda f: None),
                                   test_stop=SimpleNamespace(add_listener=lambda f: None)))
@@ -66,7 +71,7 @@ def gate_for(runner, build=lambda: None):
 
 
 def node(name, state="running"):
-    return SimpleNamespace(id=name, state=state)
+    return SimpleNamespace(id=name, state=state, heartbeat=locust.runners.HEARTBEAT_LIVENESS)
 
 
 def built(gate, name, run_id=RUN, **extra):
@@ -77,6 +82,8 @@ def test_the_master_says_go_once_every_worker_has_built():
     master = FakeMaster([node("w1"), node("w2")])
     gate, calls, failures, _ = gate_for(master)
     gate.on_test_start()
+    assert calls == ["hold"], "a steps shape's clock holds at its start while the workers build"
+    calls.clear()
     built(gate, "w1")
     assert master.sent == [] and calls == [], "w2 is still building: no go, no clock"
     built(gate, "w2", run_id="an-earlier-run")
@@ -231,9 +238,76 @@ def test_the_master_answers_built_for_another_run_id_with_the_state_and_does_not
     gate.on_test_start()
     built(gate, "w1", run_id="")
     built(gate, "stranger", run_id="")
-    assert calls == ["state to w1"], "the registered worker is sent the state; a stranger nothing"
+    assert calls == ["hold", "state to w1"], "the registered worker is sent the state; a stranger nothing"
     built(gate, "w2")
     assert master.sent == [] and gate.built == {"w2"}, "w1 is still waited for"
     built(gate, "w1")
     assert master.sent == [(GO_MESSAGE, {"run_id": RUN}, None)]
     gate.on_test_stop()
+
+
+def test_workers_starved_while_building_are_not_called_missing_and_the_run_goes(monkeypatch):
+    """CI at ee326b1: both workers of a ``--processes 2`` run, starved of CPU while building, sent no
+    heartbeat for four seconds; Locust called the last one missing and stopped the test, and the
+    headless run never ended. Workers heard from within MISSING_GRACE_S keep Locust's count."""
+    clock = Clock()
+    monkeypatch.setattr(workerbuild, "time", clock)
+    monkeypatch.setattr(workerbuild, "CHECK_EVERY_S", 0.01)
+    workers = [node("w1"), node("w2")]
+    master = FakeMaster(workers)
+    gate, _, _, _ = gate_for(master)
+    heard = {"w1": clock.now, "w2": clock.now}
+    gate.heard_at = heard.get
+    gate.on_test_start()
+    for _second in range(6):  # six seconds of silence, as Locust's heartbeat loop counts them
+        clock.now += 1
+        for worker in workers:
+            worker.heartbeat -= 1
+        gevent.sleep(0.05)  # the master's watch looks
+        assert all(w.heartbeat >= 0 for w in workers), "Locust would call a starved worker missing"
+    built(gate, "w1")
+    built(gate, "w2")
+    assert master.sent == [(GO_MESSAGE, {"run_id": RUN}, None)]
+    clock.now += workerbuild.MISSING_GRACE_S
+    workers[0].heartbeat = 0
+    gate._keep_alive()
+    assert workers[0].heartbeat == 0, "after go Locust's own count stands"
+    gate.on_test_stop()
+
+
+def test_a_worker_silent_past_the_grace_is_given_up_and_left_to_locust(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(workerbuild, "time", clock)
+    dead, alive = node("dead"), node("alive")
+    master = FakeMaster([alive, dead])
+    gate, _, _, _ = gate_for(master)
+    heard = {"alive": clock.now, "dead": clock.now}
+    gate.heard_at = heard.get
+    gate.on_test_start()
+    built(gate, "alive")
+    clock.now += workerbuild.MISSING_GRACE_S - 1
+    assert gate.waiting_for() == ["dead"]
+    clock.now += 2
+    dead.heartbeat = 0
+    gate._keep_alive()
+    assert dead.heartbeat == 0, "not kept alive once silent for the grace"
+    assert gate.waiting_for() == [], "given up: its silence counts from the last time it was heard"
+    gate.on_test_stop()
+
+
+@pytest.mark.parametrize("headless", [True, False])
+def test_a_run_stopped_before_go_ends_when_headless(headless):
+    """Its ``-t`` starts at go: a headless run Locust stopped before then (its last worker missing)
+    had nothing to end it. A web UI run stays for its next start."""
+    master = FakeMaster([node("w1")])
+    gate, _, _, _ = gate_for(master)
+    gate.environment.parsed_options = SimpleNamespace(headless=headless)
+    gate.on_test_start()
+    gate.on_test_stop()
+    gevent.sleep(0.01)
+    assert master.quits == (1 if headless else 0)
+    gate.on_test_start()
+    built(gate, "w1")
+    gate.on_test_stop()
+    gevent.sleep(0.01)
+    assert master.quits == (1 if headless else 0), "a run that went ends by its own -t"

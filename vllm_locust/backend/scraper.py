@@ -94,11 +94,43 @@ def snapshot(url: str, path, api_key: str = "") -> bool:
     return True
 
 
+def append_rows(path: str, rows: list[dict], fields) -> None:
+    """One scrape's rows, appended as one whole piece (with the header in a new file)."""
+    f = AppendFile(path)
+    try:
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=tuple(fields))
+        if f.size == 0:
+            writer.writeheader()
+        writer.writerows(rows)
+        f.write(text.getvalue())
+    finally:
+        f.close()
+
+
+def sample_gpu(gpu, gpu_out, errors, said: set) -> bool:
+    """One GPU sample appended to ``gpu_out``; False when the file cannot be written (said)."""
+    try:
+        rows = gpu.sample(time.time())
+    except Exception as err:  # noqa: BLE001 - an exporter down, a driver error: said once, the run goes on
+        if "read" not in said:
+            said.add("read")
+            print(f"scraper: cannot read the GPUs ({gpu.name}: {type(err).__name__})", file=errors, flush=True)
+        return True
+    try:
+        append_rows(str(gpu_out), rows, COLUMNS)
+    except OSError as err:
+        print(f"scraper: cannot write {gpu_out}: {describe(err)}; GPU sampling stopped", file=errors, flush=True)
+        return False
+    return True
+
+
 def scrape_loop(url: str, out: str, interval_s: float, stop: threading.Event, api_key: str = "",
-                max_seconds: float | None = None, errors=sys.stderr) -> int:
+                max_seconds: float | None = None, errors=sys.stderr, gpu=None, gpu_out=None) -> int:
     """Append rows until ``stop`` is set; a failed scrape is skipped, not fatal; a failed write
-    (one line on ``errors``) ends it, keeping the whole rows before. Returns scrapes done."""
-    done, started = 0, time.time()
+    (one line on ``errors``) ends it, keeping the whole rows before. With ``gpu`` (a
+    ``gputelemetry`` source), a GPU sample to ``gpu_out`` at each scrape. Returns scrapes done."""
+    done, started, gpu_said = 0, time.time(), set()
     url = normalize_host(url)
     try:
         f = AppendFile(out)
@@ -126,8 +158,14 @@ def scrape_loop(url: str, out: str, interval_s: float, stop: threading.Event, ap
                 return done
             text.seek(0)
             text.truncate()
+            if gpu is not None and gpu_out is not None and not sample_gpu(gpu, gpu_out, errors, gpu_said):
+                gpu = None
             next_at += interval_s
             stop.wait(max(0.0, next_at - time.time()))
+        if gpu is not None and gpu_out is not None and stop.is_set():
+            # one more at the stop: the run's window ended after the last tick, and energy is read
+            # at the window's ends between two samples (seen: a window's last 0.8 s uncounted)
+            sample_gpu(gpu, gpu_out, errors, gpu_said)
     finally:
         f.close()
     return done
@@ -136,13 +174,16 @@ def scrape_loop(url: str, out: str, interval_s: float, stop: threading.Event, ap
 class ScrapeThread:
     """``scrape_loop`` in a background thread: ``start()``, then ``stop()`` when the run ends."""
 
-    def __init__(self, url: str, out, interval_s: float = 1.0, api_key: str = "", errors=sys.stderr):
+    def __init__(self, url: str, out, interval_s: float = 1.0, api_key: str = "", errors=sys.stderr, gpu=None,
+                 gpu_out=None):
         self._stop = threading.Event()
         self.scrapes = 0
-        self._thread = threading.Thread(target=self._run, args=(url, str(out), interval_s, api_key, errors), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(url, str(out), interval_s, api_key, errors, gpu, gpu_out),
+                                        daemon=True)
 
-    def _run(self, url, out, interval_s, api_key, errors):
-        self.scrapes = scrape_loop(url, out, interval_s, self._stop, api_key=api_key, errors=errors)
+    def _run(self, url, out, interval_s, api_key, errors, gpu, gpu_out):
+        self.scrapes = scrape_loop(url, out, interval_s, self._stop, api_key=api_key, errors=errors, gpu=gpu,
+                                   gpu_out=gpu_out)
 
     def start(self) -> "ScrapeThread":
         self._thread.start()

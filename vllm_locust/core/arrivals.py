@@ -117,10 +117,11 @@ def splitmix64(x: int) -> int:
 
 
 def cumulative_weights(weights) -> list[float]:
-    """``[3, 1]`` -> ``[3, 4]``: ``persona_of``'s table (weights must be positive)."""
+    """``[3, 1]`` -> ``[3, 4]``: ``persona_of``'s table (weights must be finite and at least 0, one of
+    them positive; a weight of 0, steered, is never drawn)."""
     weights = list(weights)
-    if not weights or any(not (w > 0 and math.isfinite(w)) for w in weights):
-        raise ValueError(f"persona weights {weights!r}: positive numbers, at least one")
+    if not weights or any(not (w >= 0 and math.isfinite(w)) for w in weights) or not any(w > 0 for w in weights):
+        raise ValueError(f"persona weights {weights!r}: numbers of at least 0, one of them positive")
     return list(accumulate(weights))
 
 

@@ -4,6 +4,9 @@ given as ``http://h:p/v1`` (the OpenAI base URL people copy); the suite's own ro
 
 from __future__ import annotations
 
+import ipaddress
+from urllib.parse import urlsplit
+
 
 def normalize_host(host: str | None) -> str:
     """``http://h:p/v1/`` -> ``http://h:p``: surrounding spaces, trailing slashes and one trailing
@@ -12,3 +15,17 @@ def normalize_host(host: str | None) -> str:
     if host.endswith("/v1"):
         host = host[: -len("/v1")].rstrip("/")
     return host
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether ``url``'s host is this machine's loopback (``localhost``, 127.0.0.0/8, ``::1``)."""
+    try:
+        host = (urlsplit(normalize_host(url)).hostname or "").lower()
+    except ValueError:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

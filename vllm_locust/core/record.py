@@ -62,7 +62,7 @@ REQUEST_ORDER = ("run_id", "worker_id", "request_id", "endpoint", "model", "work
                  "finish_reason", "error", "phase", "concurrency", "step", "intended_at_s", "lateness_ms", "queue_ms",
                  "request_rate", "target", "pair_id", "kind", "session_id", "turn", "trimmed_turns", "persona",
                  "ttfr_ms", "ttfa_ms", "reasoning_tokens", "answer_tokens", "tool_call_ms", "tool_args_ms",
-                 "tool_calls")
+                 "tool_calls", "trace_id", "images", "image_bytes")
 if names_of(RequestRow) != REQUEST_ORDER:  # pragma: no cover - fails loudly if the schema changes
     raise ImportError(f"record.REQUEST_ORDER is out of date with schema.RequestRow: {names_of(RequestRow)}")
 
@@ -114,6 +114,9 @@ class RequestRecord:
     tool_call_ms: float | None = None
     tool_args_ms: float | None = None
     tool_calls: int | None = None
+    trace_id: str = ""  # the W3C trace id it carried (``tracecontext``)
+    images: int | None = None  # image_url parts it sent, and their encoded bytes (--images-per-request)
+    image_bytes: int | None = None
     part_samples: tuple[tuple, ...] = ()  # ITL per stream part, as ``samples`` (``StreamResult.events``)
 
     @property
@@ -157,7 +160,7 @@ class RequestRecord:
                 self.finish_reason, "" if failure is None else failure.message, labels.phase, labels.concurrency,
                 labels.step, *open_loop, self.target, self.pair_id,
                 Outcome.OK._value_ if failure is None else failure.kind._value_, self.session_id, self.turn,
-                self.trimmed_turns, info.persona, *events, self.tool_calls)
+                self.trimmed_turns, info.persona, *events, self.tool_calls, self.trace_id, self.images, self.image_bytes)
 
     def sample_parts(self) -> tuple[tuple, tuple, tuple, float, tuple[tuple, ...]]:
         """What the sample rows are made of (``SAMPLE_ORDER``): the fields every row of this request

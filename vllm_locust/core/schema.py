@@ -180,17 +180,54 @@ class RequestRow:
     tool_call_ms: float | None = None  # the first tool-call delta
     tool_args_ms: float | None = None  # the last tool-call argument delta: the arguments complete
     tool_calls: int | None = None  # distinct tool calls in the stream
+    trace_id: str = ""  # the W3C trace id it carried (``tracecontext``; the join with vLLM's span); empty without
+    images: int | None = None  # image_url parts it sent (--images-per-request); empty without
+    image_bytes: int | None = None  # their encoded bytes (before base64)
+
+
+@dataclass(slots=True)
+class ServerSpanRow:
+    """One of vLLM's request spans (OpenTelemetry, ``--server-spans``), as received: its latencies in
+    ms from its attributes (``backend.otlpspans``), its trace id (the client's, by ``traceparent``)
+    and vLLM's request id (``chatcmpl-<X-Request-Id>``). ``received_s``: unix seconds it arrived."""
+
+    run_id: str
+    trace_id: str
+    span_id: str
+    request_id: str
+    parent_span_id: str
+    name: str
+    start_s: float
+    end_s: float
+    received_s: float
+    queue_ms: float | None
+    prefill_ms: float | None
+    decode_ms: float | None
+    inference_ms: float | None
+    ttft_ms: float | None
+    e2e_ms: float | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
 
 
 # Columns a run recorded before they existed is read without (the analysis fills them empty).
 OPTIONAL_SAMPLE_COLUMNS = ("tokens", "request_rate", "persona")
 OPTIONAL_REQUEST_COLUMNS = ("intended_at_s", "lateness_ms", "queue_ms", "request_rate", "target", "pair_id", "kind",
                             "session_id", "turn", "trimmed_turns", "persona", "ttfr_ms", "ttfa_ms", "reasoning_tokens",
-                            "answer_tokens", "tool_call_ms", "tool_args_ms", "tool_calls")
+                            "answer_tokens", "tool_call_ms", "tool_args_ms", "tool_calls", "trace_id",
+                            "images", "image_bytes")
+
+# The request columns the analysis joins from vLLM's span of each request (``analysis.spans``): the
+# server's own queue, prefill and decode time, its TTFT and E2E, its time from the request's arrival
+# to its queue (input processing, the hop to the engine core), and the client's TTFT minus the
+# server's (the API server, tokenization, network and the client). ``server_span``: joined or not.
+JOINED = Columns("server_queue_ms", "server_prefill_ms", "server_decode_ms", "server_ttft_ms", "server_e2e_ms",
+                 "server_admission_ms", "outside_engine_ttft_ms", "server_span")
 
 SAMPLE = Columns(*names_of(SampleRow))
 CLIENT = Columns(*names_of(ClientRow))
 REQUEST = Columns(*names_of(RequestRow))
+SPAN = Columns(*names_of(ServerSpanRow))
 
 # -- records (JSON) ----------------------------------------------------------------------------
 
@@ -233,6 +270,9 @@ class LoadRecord:
     # --calibrate: the client's error budget against the exact-timing mock before the load
     # (``core.calibration``: streams, processes, ttft/itl p50/p95/p99 errors, CPU a chunk); empty without
     calibration: dict = field(default_factory=dict)
+    # Steered changes (web UI, --schedule, --ramp-until-slo), in order: {t_s (after the run's clock
+    # started), at_s (unix), step, change, settings (in force after it), source}; empty when none
+    steering: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -420,16 +460,32 @@ for _attr, _name in {
     "queue_time": "vllm:request_queue_time_seconds", "prefill_time": "vllm:request_prefill_time_seconds",
     "decode_time": "vllm:request_decode_time_seconds", "ttft": "vllm:time_to_first_token_seconds",
     "itl": "vllm:inter_token_latency_seconds",
+    # speculative decoding (vLLM's v1 spec-decode counters; the per-position one has a ``position`` label)
+    "spec_drafts": "vllm:spec_decode_num_drafts_total", "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "spec_accepted": "vllm:spec_decode_num_accepted_tokens_total",
+    "spec_accepted_per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
 }.items():
     object.__setattr__(VLLM, _attr, _name)
 VLLM_PREFIX = "vllm:"
 
+# GPU telemetry (``gpu.csv``, ``SERVER`` columns, one row per sample and GPU, label ``gpu``): the
+# suite's own names, whichever source measured them (NVML, or a DCGM exporter's /metrics).
+GPU = Columns()
+for _attr, _name in {
+    "power": "gpu:power_w", "energy": "gpu:energy_j_total", "utilization": "gpu:utilization_pct",
+    "memory_used": "gpu:memory_used_mib", "sm_clock": "gpu:sm_clock_mhz", "temperature": "gpu:temperature_c",
+}.items():
+    object.__setattr__(GPU, _attr, _name)
+GPU_PREFIX = "gpu:"
+
 # -- run directory layout ----------------------------------------------------------------------
 SAMPLES_PREFIX, REQUESTS_PREFIX, LOAD_RECORD_PREFIX, CLIENT_PREFIX = "samples-", "requests-", "loadrun-", "client-"
+SERVER_SPANS_PREFIX = "server-spans-"  # vLLM's request spans the run received (``ServerSpanRow``)
 RUN_RECORD = "run.json"
 FAILURE_RECORD = "failed.json"
 MANIFEST = "manifest.json"
 METRICS_CSV = "metrics.csv"
+GPU_CSV = "gpu.csv"  # GPU telemetry beside metrics.csv (``GPU`` names, ``SERVER`` columns)
 METRICS_BEFORE = "metrics-before.prom"
 METRICS_AFTER = "metrics-after.prom"
 SERVER_LOG = "server.log"
@@ -453,6 +509,10 @@ def requests_file(directory: str | Path, run_id: str, worker_id: str) -> Path:
 
 def client_file(directory: str | Path, run_id: str, worker_id: str) -> Path:
     return Path(directory) / f"{CLIENT_PREFIX}{safe_name(run_id)}-{safe_name(worker_id)}.csv"
+
+
+def server_spans_file(directory: str | Path, run_id: str) -> Path:
+    return Path(directory) / f"{SERVER_SPANS_PREFIX}{safe_name(run_id)}.csv"
 
 
 def load_record_file(directory: str | Path, run_id: str) -> Path:

@@ -39,7 +39,7 @@ __all__ = ["CACHE_VERSION", "Prompt", "PromptLengthError", "Workload", "Workload
 
 # 3: each prompt carries its own max_tokens, send time, session id and turn; 4: trimmed turns,
 # and a dataset file's size and modification time are part of the key.
-CACHE_VERSION = 4
+CACHE_VERSION = 5  # 5: prompts carry their rows' images
 DEFAULT_MAX_TOKENS = 128  # --max-tokens when not given (the seed's 128 out)
 
 

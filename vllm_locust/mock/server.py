@@ -8,7 +8,10 @@ it sends (``GET /_log``): ``perf_counter`` is one system-wide monotonic clock on
 in another process can be compared with it directly.
 
 ``POST /_config`` changes the script at run time (``ttft_ms``, ``itl_ms``, ``tokens``, ``mode``,
-``tokens_per_chunk``: several tokens per chunk, as speculative decoding delivers them;
+``tokens_per_chunk``: several tokens per chunk, as speculative decoding delivers them (``spec_tokens``
+k: vLLM's spec-decode counters on ``/metrics``, k draft tokens a step); ``image_ms``: prefill time
+charged per ``image_url`` part (and 64 prompt tokens each); ``gpu_power_w``: ``GET /dcgm/metrics``
+serves a DCGM exporter's page for two GPUs drawing that power;
 ``api_key``: answer 401 without ``Authorization: Bearer <key>``;
 ``reset_prefix_cache``: serve ``POST /reset_prefix_cache``, as vLLM does with
 ``VLLM_SERVER_DEV_MODE=1``; ``max_streams``: serve at most that many streams at once, the rest wait, so the server's
@@ -48,6 +51,10 @@ number, so a client that sends a conversation's history can be checked to send t
 logged (``GET /_log``: ``accept_encoding``), and so are a streamed request's own ``X-`` headers
 (``headers``: the SDK's ``X-Stainless-*`` left out; never ``Authorization``).
 
+Spans: ``spans_url`` (an OTLP/HTTP traces URL; empty: none) makes it export one vLLM-shaped request
+span per finished stream (``mock/spans.py``), its queue (the wait for a ``max_streams`` slot),
+prefill and decode times exactly those it played; the log keeps them (``span``).
+
 Run: ``python -m vllm_locust.mock.server --port 0 --ttft-ms 100 --itl-ms 5`` prints ``PORT <n>`` once
 listening (127.0.0.1 only); ``start_process()`` does that and returns a ``MockServer`` handle;
 ``start_in_thread()`` runs it inside the calling process (unit tests: no subprocess).
@@ -71,12 +78,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from .metrics import MockMetrics
+from .spans import export, span_of
 
 CONFIG = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", "model": "fake-model",
           "template_tokens": 2, "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
           "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0,
           "log_bodies": False, "distinct_replies": False, "tokenize_ms": 0.0, "reasoning_tokens": 4,
-          "reasoning_key": "reasoning_content", "adapters": [], "reasoning_models": []}
+          "reasoning_key": "reasoning_content", "adapters": [], "reasoning_models": [], "spans_url": "",
+          "spans_every_s": 0.1, "spec_tokens": 0, "gpu_power_w": 0.0, "image_ms": 0.0}
 STREAM_EVENT_MODES = ("reasoning", "tool-call")
 TOOL_NAME = "get_weather"  # the tool a tool-call stream calls when the request names none
 HOSTILE_MODES = ("huge-event", "gzip", "gzip-always", "gzip-bomb-models", "huge-headers", "no-finish", "bad-chunk-size",
@@ -85,6 +94,22 @@ ENCODINGS: list[str] = []  # Accept-Encoding of every request since the last /_c
 COMPLETIONS = [0]  # completion requests since the last /_config, for http500-every-other
 _BOMBS: dict[int, bytes] = {}
 METRICS = MockMetrics()
+GPU_EPOCH_S = 1_700_000_000.0  # the mock GPUs' energy counters count from here (unix seconds)
+
+
+def dcgm_exposition(power_w: float, now_s: float, gpus: int = 2) -> bytes:
+    """A DCGM exporter's page for ``gpus`` GPUs that each draw ``power_w`` watts steadily: the
+    energy counter (mJ) is exactly ``power_w`` times the seconds since ``GPU_EPOCH_S``."""
+    fields = (("DCGM_FI_DEV_POWER_USAGE", "gauge", lambda g: power_w),
+              ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", lambda g: round(power_w * (now_s - GPU_EPOCH_S) * 1000.0)),
+              ("DCGM_FI_DEV_GPU_UTIL", "gauge", lambda g: 90 + g), ("DCGM_FI_DEV_FB_USED", "gauge", lambda g: 70000 + g),
+              ("DCGM_FI_DEV_SM_CLOCK", "gauge", lambda g: 1980), ("DCGM_FI_DEV_GPU_TEMP", "gauge", lambda g: 60 + g))
+    lines = []
+    for name, kind, value in fields:
+        lines += [f"# HELP {name} {name}", f"# TYPE {name} {kind}"]
+        lines += [f'{name}{{gpu="{g}",UUID="GPU-mock-{g}",device="nvidia{g}",modelName="Mock GPU"}} {value(g)}'
+                  for g in range(gpus)]
+    return ("\n".join(lines) + "\n").encode()
 _SLOTS: dict = {"n": 0, "semaphore": None}
 _SLOTS_LOCK = threading.Lock()
 SERIALS = itertools.count(1)
@@ -111,12 +136,26 @@ def count_words(text) -> int:
     return len(str(text or "").split())
 
 
+IMAGE_TOKENS = 64  # prompt tokens the mock counts per image (a vision encoder's patches)
+
+
+def image_urls(body: dict) -> list[str]:
+    """The ``image_url`` parts of a chat body's messages, in order."""
+    urls = []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            urls += [str((part.get("image_url") or {}).get("url", "")) for part in content
+                     if isinstance(part, dict) and part.get("type") == "image_url"]
+    return urls
+
+
 def tokenize_count(body: dict) -> int:
     """Word-count "tokenizer"; chat adds ``template_tokens`` per message plus one for the reply."""
     if "messages" in body:
         per = int(CONFIG["template_tokens"])
         n = sum(count_words(m.get("content", "")) + per for m in body["messages"])
-        return n + (1 if body.get("add_generation_prompt") else 0)
+        return n + IMAGE_TOKENS * len(image_urls(body)) + (1 if body.get("add_generation_prompt") else 0)
     return count_words(body.get("prompt", ""))
 
 
@@ -263,8 +302,9 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {"version": "mock"})
         elif self.path == "/health":
             self._json(200, {})
-        elif self.path == "/metrics":
-            data = METRICS.exposition(CONFIG["model"])
+        elif self.path == "/metrics" or (self.path == "/dcgm/metrics" and CONFIG.get("gpu_power_w")):
+            data = METRICS.exposition(CONFIG["model"]) if self.path == "/metrics" else \
+                dcgm_exposition(float(CONFIG["gpu_power_w"]), time.time())
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(data)))
@@ -420,7 +460,9 @@ class Handler(BaseHTTPRequestHandler):
         def with_usage(chunk: dict, done: int) -> dict:
             return {**chunk, "usage": usage(done)} if continuous else chunk
 
+        images = image_urls(body)  # each charged ``image_ms`` of prefill (the encoder's time)
         record = {"recv": recv, "sends": [], "role": None, "prompt_sha1": hashlib.sha1(prompt).hexdigest(),
+                  "images": [hashlib.sha1(url.encode()).hexdigest() for url in images],
                   "model": body.get("model"),
                   "client_port": self.client_address[1], "accept_encoding": self.headers.get("Accept-Encoding", ""),
                   "headers": extra_headers(self.headers)}
@@ -432,6 +474,7 @@ class Handler(BaseHTTPRequestHandler):
         chunks = -(-tokens // per_chunk)
         slots = stream_slots(int(cfg.get("max_streams") or 0))
         METRICS.arrived(record["prompt_sha1"], prompt_tokens, prompt_blocks(body))
+        arrived = recv
         if slots is not None:
             slots.acquire()  # a saturated server: the request waits for a free stream, then is served
             recv = time.perf_counter()
@@ -439,7 +482,8 @@ class Handler(BaseHTTPRequestHandler):
         last = recv
         try:
             for i in range(chunks):
-                sleep_until(recv + (cfg["ttft_ms"] + i * cfg["itl_ms"]) / 1000.0)
+                sleep_until(recv + (cfg["ttft_ms"] + len(images) * float(cfg.get("image_ms") or 0)
+                                    + i * cfg["itl_ms"]) / 1000.0)
                 if i == 0 and chat:  # as vLLM: the role-only chunk goes out with the first token
                     record["role"] = self._chunk(with_usage({"id": "c", "object": kind, "choices": [
                         {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}, 0))
@@ -468,7 +512,7 @@ class Handler(BaseHTTPRequestHandler):
                     text = "x" * int(cfg["hostile_bytes"])
                 sent = self._chunk(with_usage({"id": "c", "object": kind, "choices": [choice(text, finish, i)]}, done))
                 record["sends"].append(sent)
-                METRICS.token(sent - last, i == 0, done - i * per_chunk)
+                METRICS.token(sent - last, i == 0, done - i * per_chunk, int(cfg.get("spec_tokens") or 0))
                 last = sent
             else:
                 self._chunk({"id": "c", "object": kind, "choices": [], "usage": usage(tokens)})
@@ -482,6 +526,11 @@ class Handler(BaseHTTPRequestHandler):
             METRICS.finished(prompt_tokens + tokens)
             if slots is not None:
                 slots.release()
+            if cfg.get("spans_url") and record["sends"]:  # vLLM's request span, with the times played
+                span = span_of(self.headers, chat, arrived, recv, record["sends"][0], record["sends"][-1],
+                               prompt_tokens, min(tokens, len(record["sends"]) * per_chunk))
+                record["span"] = span.pop("ms")
+                export(span, CONFIG)
             with LOG_LOCK:
                 if epoch == EPOCH[0]:
                     LOG.append(record)
@@ -545,7 +594,8 @@ DEFAULT_SCRIPT = {"ttft_ms": 150.0, "itl_ms": 15.0, "tokens": 16, "mode": "ok", 
                   "tokens_per_chunk": 1, "max_streams": 0, "reset_prefix_cache": True, "api_key": "",
                   "hostile": "", "hostile_bytes": 4 << 20, "hostile_chunks": 100_000, "drip_ms": 100.0, "max_model_len": 0,
                   "log_bodies": False, "distinct_replies": False, "tokenize_ms": 0.0, "reasoning_tokens": 4,
-                  "reasoning_key": "reasoning_content", "adapters": [], "reasoning_models": []}
+                  "reasoning_key": "reasoning_content", "adapters": [], "reasoning_models": [], "spans_url": "",
+                  "spans_every_s": 0.1, "spec_tokens": 0, "gpu_power_w": 0.0, "image_ms": 0.0}
 
 
 class MockServer:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..backend.client import require_host, resolve_model, serves_continuous_usage
 from ..backend.modelfit import model_max_len
+from .images import dataset_images, pool_of
 from .options import as_bool, workload_spec
 from ..backend.tokencount import LocalTokenCounter, WordCounter, server_counter_or_none
 from ..core.sources import Prompt, Workload
@@ -36,6 +37,8 @@ class LoadContext:
     continuous_usage: bool = False
     worker_index: int = 0
     max_model_len: int | None = None  # the server's context length (GET /v1/models), when it lists one
+    images: object = None  # ``images.ImagePool`` with --images-per-request; None: text only
+    image_files: dict = field(default_factory=dict)  # a dataset's images: name -> (data URL or URL, bytes)
     _sequence: itertools.count = field(default_factory=itertools.count, repr=False)
 
     @property
@@ -64,7 +67,8 @@ def context_key(environment, options=None) -> tuple:
     """What the context is built from. ``options``: a persona's view (``personas.OptionsView``);
     the run's options by default."""
     o = environment.parsed_options if options is None else options
-    return (environment.host, o.model, workload_spec(o), o.tokenizer, o.endpoint, o.continuous_usage)
+    return (environment.host, o.model, workload_spec(o), o.tokenizer, o.endpoint, o.continuous_usage,
+            getattr(o, "images_per_request", 0), getattr(o, "image_size", ""), getattr(o, "image_format", ""))
 
 
 def build_context(environment, options=None) -> LoadContext:
@@ -72,6 +76,7 @@ def build_context(environment, options=None) -> LoadContext:
     host = require_host(environment.host)  # the server's root: ``http://h:p/v1`` is ``http://h:p``
     model = o.model or resolve_model(host, "", o.api_key)
     spec = workload_spec(o)
+    images = pool_of(o)  # a bad size or format: one line before any request
     counter = server_counter_or_none(host, model, o.api_key)
     if counter is None and o.tokenizer:
         counter = LocalTokenCounter(o.tokenizer)
@@ -79,10 +84,12 @@ def build_context(environment, options=None) -> LoadContext:
         logger.warning("server has no /tokenize and no --tokenizer was given: prompt lengths are approximate (1 token per word)")
         counter = WordCounter()
     workload = load_or_build(spec, counter, o.prompt_cache_dir or None)
+    image_files = dataset_images(workload.prompts)  # a file that is no image: one line before any request
     continuous = {"on": True, "off": False}.get(str(o.continuous_usage))
     if continuous is None:
         continuous = serves_continuous_usage(host, o.api_key)
     index = getattr(environment.runner, "worker_index", 0) or 0
     return LoadContext(host, model, spec, workload, not as_bool(o.no_ignore_eos), counter.exact,
                        context_key(environment, options), continuous_usage=continuous, worker_index=int(index),
-                       max_model_len=model_max_len(host, model, o.api_key))
+                       max_model_len=model_max_len(host, model, o.api_key), images=images,
+                       image_files=image_files)

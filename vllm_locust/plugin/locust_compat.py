@@ -13,7 +13,10 @@ What is private, and why:
   closes its files);
 - a master's dispatched users (``dispatched_users``: its workers' reports come a second later);
 - the TaskSet's sleep between tasks (``replace_taskset_sleep``: one trip through the loop less);
-- ``--processes``'s type (``accept_processes_auto``: ``auto`` beside Locust's integer).
+- ``--processes``'s type (``accept_processes_auto``: ``auto`` beside Locust's integer);
+- a worker's heartbeat count on the master (``keep_alive``): a worker starved of CPU while it builds
+  its workload (three shards and vLLM on two cores) sent no heartbeat for four seconds, Locust
+  called every worker missing and stopped the test before it began.
 
 The RPC part:
 
@@ -55,7 +58,8 @@ logger = logging.getLogger(__name__)
 TESTED = ("2.47.",)  # Locust releases whose internals this module was read against (pyproject bounds it)
 VERIFIED = locust.__version__.startswith(TESTED)  # False: every accessor below takes the public path
 _ORIGINAL = (zmqrpc.Server, zmqrpc.Client)
-_state: dict = {"keys": None, "drops": channel.DropLog()}
+HEARD_NODES = 10_000  # peers whose last message time the master keeps (``heard_at``)
+_state: dict = {"keys": None, "drops": channel.DropLog(), "heard": {}}
 
 
 # -- the shapes of Locust's messages that its master indexes ---------------------------------------------
@@ -188,9 +192,15 @@ class SecureServer(zmqrpc.Server):
             except zmqrpc.zmqerr.ZMQError as e:
                 raise RPCError("ZMQ network broken") from e
             try:
-                return read_from_peer(frames)
+                addr, msg = read_from_peer(frames)
             except ValueError as err:
                 _state["drops"].drop(err.args[1] if len(err.args) > 1 else "?", err.args[0])
+                continue
+            heard = _state["heard"]
+            if len(heard) >= HEARD_NODES and addr not in heard:
+                heard.clear()  # peers come and go (a flood of connections): the ones still talking return
+            heard[addr] = time.monotonic()
+            return addr, msg
 
     def close(self, linger=None):
         self.watch.close()
@@ -411,4 +421,27 @@ def accept_processes_auto(parser, converter) -> bool:
     if action is None:
         return False
     action.type = converter
+    return True
+
+
+def heard_at(node_id: str) -> float | None:
+    """``time.monotonic()`` when the master last had a message from ``node_id`` (any message, a
+    heartbeat included); None where it never did or the suite's socket is not in use."""
+    return _state["heard"].get(node_id)
+
+
+def keep_alive(client) -> bool:
+    """Give a worker on the master its full heartbeat count again, as a heartbeat would: Locust
+    calls it missing only after that many more seconds of silence (and stops the test when the last
+    is missing). For a worker that is building its workload and was heard from lately; False on an
+    unverified Locust (its own count stands)."""
+    if not VERIFIED:
+        _public_path("the heartbeat count of a worker that builds")
+        return False
+    import locust.runners
+
+    liveness = getattr(locust.runners, "HEARTBEAT_LIVENESS", None)
+    if not isinstance(liveness, int) or not isinstance(getattr(client, "heartbeat", None), int):
+        return False
+    client.heartbeat = max(client.heartbeat, liveness)
     return True

@@ -112,6 +112,14 @@ OPTIONS = [
     ("--no-unique-prompts", dict(action="store_true", default=False, env_var="LOCUST_NO_UNIQUE_PROMPTS",
                                  help="Do not tag each request: prompts recur every --prompt-pool requests (prefix-cache hits)")),
     ("--seed", dict(type=int, default=0, env_var="LOCUST_SEED", help="Seed of the workload's prompts")),
+    ("--images-per-request", dict(type=int, default=0, env_var="LOCUST_IMAGES_PER_REQUEST",
+                                  help="Chat: synthetic images sent with each request (image_url data URLs); 0: none")),
+    ("--image-size", dict(default="512x512", env_var="LOCUST_IMAGE_SIZE",
+                          help="Sizes of the synthetic images, WIDTHxHEIGHT, several comma-separated (drawn with "
+                               "--seed)")),
+    ("--image-format", dict(default="png", choices=["png", "jpeg"], env_var="LOCUST_IMAGE_FORMAT",
+                            help="png: unique per request (stamped, never encoded per request); jpeg: encoded once "
+                                 "per pool image, repeats")),
     ("--no-ignore-eos", dict(action="store_true", default=False, env_var="LOCUST_NO_IGNORE_EOS",
                              help="Do not send vLLM's ignore_eos: outputs may end before --max-tokens")),
     ("--continuous-usage", dict(default="off", choices=["off", "on", "auto"], env_var="LOCUST_CONTINUOUS_USAGE",
@@ -129,6 +137,33 @@ OPTIONS = [
     ("--calibrate-itl-ms", dict(type=float, default=10.0, env_var="LOCUST_CALIBRATE_ITL_MS",
                                 help="--calibrate: the mock's gap between chunks, ms (its TTFT is 50 ms); the chunk "
                                      "rate calibrated is streams / ITL")),
+    ("--server-spans", dict(type=int, default=0, env_var="LOCUST_SERVER_SPANS",
+                            help="Receive vLLM's per-request OpenTelemetry spans (OTLP/HTTP, POST /v1/traces) on this "
+                                 "port and join each to its request row by trace id (queue, prefill, decode, outside "
+                                 "the engine); point vLLM at it: --otlp-traces-endpoint http://HOST:PORT/v1/traces "
+                                 "with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf (launch/serve.sh: "
+                                 "SPANS_ENDPOINT); 0: off")),
+    ("--server-spans-bind", dict(default="127.0.0.1", env_var="LOCUST_SERVER_SPANS_BIND",
+                                 help="--server-spans: the address it listens on; any other than loopback accepts "
+                                      "spans only from loopback and --host's address")),
+    ("--server-spans-forward", dict(default="", env_var="LOCUST_SERVER_SPANS_FORWARD",
+                                    help="--server-spans: also send every span batch received, as received, to this "
+                                         "OTLP/HTTP traces URL (your own collector: Jaeger, Tempo)")),
+    ("--server-spans-wait", dict(type=float, default=8.0, env_var="LOCUST_SERVER_SPANS_WAIT",
+                                 help="--server-spans: at the end, seconds to wait at most for the last spans (vLLM "
+                                      "exports in batches, every 5 s by default)")),
+    ("--prometheus-port", dict(type=int, default=0, env_var="LOCUST_PROMETHEUS_PORT",
+                               help="Serve the client's live metrics for Prometheus on this port (GET /metrics on the "
+                                    "master or the single process): TTFT, ITL and E2E histograms, requests by outcome "
+                                    "and persona, users, loop lag, send lateness; 0: off")),
+    ("--prometheus-bind", dict(default="127.0.0.1", env_var="LOCUST_PROMETHEUS_BIND",
+                               help="--prometheus-port: the address it listens on")),
+    ("--prometheus-linger", dict(type=float, default=0.0, env_var="LOCUST_PROMETHEUS_LINGER",
+                                 help="--prometheus-port: at the end, wait up to this many seconds for one more scrape, "
+                                      "so Prometheus keeps the run's final values; 0: do not wait")),
+    ("--trace-requests", dict(action="store_true", default=False, env_var="LOCUST_TRACE_REQUESTS",
+                              help="Send a W3C traceparent (and X-Request-Id) with every request and keep its trace id "
+                                   "in the request rows, without --server-spans (your own collector joins them)")),
     ("--tokenizer", dict(default="", env_var="LOCUST_TOKENIZER",
                          help="Local tokenizer.json (or its dir) for servers without /tokenize")),
     ("--prompt-cache-dir", dict(default=DEFAULT_CACHE_DIR, env_var="LOCUST_PROMPT_CACHE_DIR",
@@ -148,6 +183,13 @@ OPTIONS = [
                                 "<samples-dir>/metrics.csv); empty: --host")),
     ("--metrics-interval", dict(type=float, default=1.0, env_var="LOCUST_METRICS_INTERVAL",
                                 help="Seconds between /metrics scrapes; 0: off")),
+    ("--gpu-telemetry", dict(default="auto", choices=("auto", "nvml", "dcgm", "off"), env_var="LOCUST_GPU_TELEMETRY",
+                             help="GPU power, energy, utilization, memory, SM clock and temperature at each scrape, "
+                                  "to <samples-dir>/gpu.csv: auto (--dcgm-url if given, else NVML when the server "
+                                  "is on this host), nvml, dcgm, off")),
+    ("--dcgm-url", dict(default="", env_var="LOCUST_DCGM_URL",
+                        help="A DCGM exporter's /metrics (e.g. http://gpu-host:9400) for GPU telemetry of a server "
+                             "on another host")),
     ("--request-rate", dict(default="", env_var="LOCUST_REQUEST_RATE",
                             help="Open loop: requests/s over all workers together, e.g. 4 (with -u, the cap on "
                                  "requests in flight, and -t; without either, one step of --step-warmup and "
@@ -159,6 +201,27 @@ OPTIONS = [
     ("--rate-ramp", dict(action="store_true", default=False, env_var="LOCUST_RATE_RAMP",
                          help="Open loop steps: ramp the rate linearly from each rate to the next over "
                               "--step-duration (after each step's warm-up) instead of holding it")),
+    ("--steer-warmup", dict(type=float, default=5.0, env_var="LOCUST_STEER_WARMUP",
+                            help="Seconds of warm-up after each steered change (web UI, --schedule, "
+                                 "--ramp-until-slo): its samples are left out of the change's step")),
+    ("--schedule", dict(default="", env_var="LOCUST_SCHEDULE",
+                        help="Replay a schedule (TOML, [[at]] t = 30 rate = 8 ...): each change at its time, "
+                             "each a step; every run writes its own as <samples-dir>/schedule-<run_id>.toml")),
+    ("--slo", dict(default="", env_var="LOCUST_SLO",
+                   help="SLO for the live goodput by persona (web UI), e.g. ttft:500,itl:50 (ms, judged per "
+                        "request; a persona's own slo wins); the analysis takes its own --slo")),
+    ("--ramp-until-slo", dict(default="", env_var="LOCUST_RAMP_UNTIL_SLO",
+                              help="Find the knee live: raise the open-loop rate (doubling from --ramp-start, "
+                                   "then bisecting) window by window until the first sustained breach of this "
+                                   "SLO (e.g. ttft:500,itl:50, judged at p95 as the analysis does), report the "
+                                   "highest rate that held it, and stop")),
+    ("--ramp-start", dict(type=float, default=1.0, env_var="LOCUST_RAMP_START",
+                          help="--ramp-until-slo: the first rate (requests/s)")),
+    ("--ramp-window", dict(type=float, default=20.0, env_var="LOCUST_RAMP_WINDOW",
+                           help="--ramp-until-slo: measured seconds judged at each rate (after --steer-warmup)")),
+    ("--ramp-tolerance", dict(type=float, default=0.1, env_var="LOCUST_RAMP_TOLERANCE",
+                              help="--ramp-until-slo: stop bisecting when (high - low) / low is at most this "
+                                   "(launch/boundary.py's --tolerance)")),
     ("--max-concurrency", dict(type=int, default=256, env_var="LOCUST_MAX_CONCURRENCY",
                                help="Open loop with rate steps (or one rate without -u and -t): users, the cap on "
                                     "requests in flight; a request due while all are busy waits (client queue time). "

@@ -33,7 +33,7 @@ RUN_WIDE = frozenset({
     "personas", "api_key_file", "paired_host", "worker_samples_dir", "stop_after_refused_s", "max_failure_ratio",
     "connect_timeout", "read_timeout", "http_transport", "trace_speed", "trace_block_tokens", "max_loop_lag_ms",
     "prompt_cache_dir", "samples_dir", "run_id", "steps", "step_warmup", "step_duration", "metrics_url",
-    "metrics_interval", "request_rate", "burstiness", "rate_ramp", "max_concurrency"})
+    "metrics_interval", "gpu_telemetry", "dcgm_url", "request_rate", "burstiness", "rate_ramp", "max_concurrency"})
 
 
 def dest(flag: str) -> str:

@@ -45,12 +45,15 @@ def request_numbers(plugin) -> itertools.count:
 class PlannedRequest:
     """What one task's request is, whichever server(s) it goes to: built once, shared by the legs."""
 
-    __slots__ = ("ctx", "api", "body", "prompt", "max_tokens", "labels", "arrival", "number")
+    __slots__ = ("ctx", "api", "body", "prompt", "max_tokens", "labels", "arrival", "number", "trace_id", "span",
+                 "images")
 
     def __init__(self, ctx: LoadContext, api: Endpoint, body: dict, prompt, max_tokens: int, labels: Labels,
-                 arrival: Arrival | None, number: int):
+                 arrival: Arrival | None, number: int, trace_id: str = "", span=None, images: tuple | None = None):
         self.ctx, self.api, self.body, self.prompt, self.max_tokens = ctx, api, body, prompt, max_tokens
-        self.labels, self.arrival, self.number = labels, arrival, number
+        self.labels, self.arrival, self.number, self.trace_id = labels, arrival, number, trace_id
+        self.span = span  # --otel: the request's client span (``spans.clientspans``), ended with its record
+        self.images = images  # (image_url parts, their encoded bytes) with --images-per-request
 
     def record(self, report: RequestReport, timer: StreamTimer, result: StreamResult, failure: Failure | None,
                end_perf_s: float, target: str) -> RequestRecord:
@@ -92,7 +95,9 @@ class PlannedRequest:
             intended_at_s=None if arrival is None else arrival.intended_at_s,
             intended_perf_s=None if arrival is None else arrival.intended_perf_s,
             queue_ms=None if arrival is None else arrival.queue_ms,
-            target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "", **measured)
+            target=target, pair_id=f"{info.worker_id}:{self.number}" if target else "", trace_id=self.trace_id,
+            images=self.images[0] if self.images else None, image_bytes=self.images[1] if self.images else None,
+            **measured)
 
 
 class RequestPipeline:
@@ -139,7 +144,10 @@ class RequestPipeline:
                 end_perf_s = time.perf_counter()
                 report = self.report(request, wire, target)
                 self.note_first_send(request.arrival, report.info)
-                report.finish(request.reply_record(report, reply, failure, end_perf_s, target))
+                record = request.reply_record(report, reply, failure, end_perf_s, target)
+                report.finish(record)
+                if request.span is not None and target != "b":
+                    self.plugin.spans.client.end(request.span, record)
 
             return self.attempt(wire, call, recorded_reply)
         audit = self.plugin.self_audit
@@ -170,7 +178,11 @@ class RequestPipeline:
                 report = self.report(request, wire, target)
                 timer = StreamTimer(report.info.sent_perf_s)
             self.note_first_send(request.arrival, report.info)
-            report.finish(request.record(report, timer, result, failure, end_perf_s, target))
+            record = request.record(report, timer, result, failure, end_perf_s, target)
+            report.finish(record)
+            audit.request_done(record)
+            if request.span is not None and target != "b":  # paired: one client span, the first leg's
+                self.plugin.spans.client.end(request.span, record)
 
         return self.attempt(wire, stream, recorded)
 

@@ -10,6 +10,9 @@ hundreds of users start at once.
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 import gevent
 from locust import User, constant, task
 from locust.exception import StopUser
@@ -18,8 +21,10 @@ from ..backend.client import ServerCheckError
 from ..backend.endpoints import Endpoint, endpoint
 from ..backend.wire import WireClock
 from ..core.record import Labels
+from ..core.tracecontext import new_ids, trace_headers
 from . import attach, locust_compat
 from .context import LoadContext
+from .images import with_images
 from .options import embedding_batch_size
 from .loads.pacer import Arrival
 from .personas import OptionsView
@@ -115,6 +120,16 @@ class ChatStreamUser(User):
             return play_session(self, ctx, api, client)
         # Open loop: wait for this process's next arrival (at once when it is already due).
         arrival = plugin.open_loop.claim(self.persona_name)
+        gate = plugin.steering.gate  # a steered cap on requests in flight (none: no wait)
+        if gate.enter() and arrival is not None:  # waited for a place: client queue time too
+            arrival = replace(arrival, queue_ms=max(arrival.queue_ms,
+                                                    (time.perf_counter() - arrival.intended_perf_s) * 1000.0))
+        try:
+            self._one_request(ctx, api, client, batch, paired, arrival)
+        finally:
+            gate.leave()
+
+    def _one_request(self, ctx: LoadContext, api: Endpoint, client, batch: int, paired, arrival) -> None:
         labels = self.labels(arrival)
         prompt, rendered = ctx.next_request(labels.run_id, arrival)
         if not api.streams:  # embeddings: a batch of inputs, each its own tagged prompt
@@ -147,9 +162,26 @@ class ChatStreamUser(User):
         max_tokens = getattr(prompt, "max_tokens", None) or ctx.spec.max_tokens  # a source may set its own
         body = api.body(ctx.model, max_tokens, rendered, ctx.continuous_usage, ctx.ignore_eos,
                         tools=str(getattr(self.options, "tools", "none") or "none"))
+        number, images = next(self.numbers), None
+        named = getattr(prompt, "images", ())
+        if (ctx.images is not None or named) and isinstance(rendered, list):  # the last user message's images
+            files = [ctx.image_files[name] for name in named]  # the row's own, then --images-per-request's
+            urls, image_bytes = [url for url, _ in files], sum(size or 0 for _, size in files)
+            if ctx.images is not None:
+                made, made_bytes = ctx.images.for_request(f"{labels.run_id}:{ctx.worker_index}:{number}")
+                urls, image_bytes = urls + made, image_bytes + made_bytes
+            body["messages"] = with_images(rendered, urls)
+            images = (len(urls), image_bytes)
         if self.extra_headers:
             body["extra_headers"] = dict(self.extra_headers)  # the SDK's per-request headers, read at send time
-        return PlannedRequest(ctx, api, body, prompt, max_tokens, labels, arrival, next(self.numbers))
+        trace_id, span = "", None
+        spans = self.plugin.spans
+        if spans.traces_requests:  # the join with vLLM's spans (``--server-spans``): its own trace context
+            span, ids = spans.client.start(api.name, ctx.model, self.persona_name) if spans.client.on else (None, None)
+            trace_id, span_id = ids or new_ids()
+            body["extra_headers"] = {**body.get("extra_headers", {}),
+                                     **trace_headers(trace_id, span_id, self.extra_headers)}
+        return PlannedRequest(ctx, api, body, prompt, max_tokens, labels, arrival, number, trace_id, span, images)
 
     def back_off(self, refused: bool) -> None:
         """After a refused connection, wait (doubling, up to ``MAX_BACKOFF_S``) before the next

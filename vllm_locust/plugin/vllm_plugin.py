@@ -47,6 +47,8 @@ from .lifecycle.warmcaches import warm_inspect_cache, warm_platform_cache
 from .webui.liveview import LiveView
 from .records.loadrecord import LoadRecorder
 from .loads.openloop import OpenLoop
+from .loads.ramp import SloRamp
+from .loads.steering import Steering
 from .loads.tracereplay import TraceReplay
 from .options import STEP_OPTIONS, resolve_api_key
 from .distributed.peers import PeerGuard
@@ -58,7 +60,10 @@ from .lifecycle.runstate import RunStateBroadcast
 from .lifecycle.selfaudit import SelfAudit
 from .webui.webform import guard_swarm, hide_options
 from .distributed.workerbuild import BuildGate
+from .records.prometheus import PrometheusExporter
+from .spans.receiver import ServerSpans
 from .workload import Workload
+from ..core.slo import parse_slo
 
 logger = logging.getLogger(__name__)
 QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai")
@@ -73,7 +78,7 @@ class VllmPlugin:
     """The suite's concerns for one Locust process, attached to its ``Environment``."""
 
     ATTRIBUTE = "vllm_locust"
-    PARTS = ("failures", "clock", "run", "start", "calibration", "persona_start", "workload", "gate", "view", "master", "open_loop", "trace",
+    PARTS = ("failures", "clock", "run", "start", "calibration", "persona_start", "workload", "gate", "view", "master", "open_loop", "steering", "ramp", "trace", "spans", "prometheus",
              "self_audit", "recording", "worker", "verdict", "record")  # the order their listeners are added (see the module's docstring)
 
     def __init__(self, environment, worker_id: str | None = None, personas: list | None = None):
@@ -95,8 +100,13 @@ class VllmPlugin:
         self.gate = BuildGate(environment, self.run, self.failures, self.workload, self.clock, self.open_loop)
         self.trace = TraceReplay(environment, self.run, self.failures, self.workload, self.open_loop)
         self.view = LiveView(environment, self.run, self.failures)
+        self.steering = Steering(environment, self.run, self.failures, self.open_loop, self.view, self.clock)
+        self.ramp = SloRamp(environment, self.run, self.failures, self.steering, self.view, self.clock)
+        self.spans = ServerSpans(environment, self.run, self.failures)
+        self.prometheus = PrometheusExporter(environment, self.run, self.failures, self.worker_id)
         self.recording = Recording(environment, self.worker_id, self.run, self.failures)
-        self.self_audit = SelfAudit(environment, self.worker_id, self.run, self.recording.client, self.failures)
+        self.self_audit = SelfAudit(environment, self.worker_id, self.run, self.recording.client, self.failures,
+                                    self.prometheus.gauges)
         self.master = MasterSide(environment, self.run, self.view, self.failures, peers)
         self.worker = WorkerSide(environment, self.worker_id, peers, self.recording, self.view)
         self.verdict = Verdict(environment, self.run)
@@ -143,6 +153,17 @@ class VllmPlugin:
         if options is not None:
             try:
                 resolve_api_key(options)
+                parse_slo(getattr(options, "slo", "") or "")
+                parse_slo(getattr(options, "ramp_until_slo", "") or "", "--ramp-until-slo")
+                if getattr(options, "schedule", "") and not isinstance(environment.runner, WorkerRunner):
+                    plugin.steering.load_schedule(options.schedule)
+                if getattr(options, "schedule", "") and getattr(options, "ramp_until_slo", ""):
+                    raise ValueError("--schedule and --ramp-until-slo both steer the rate: give one of them")
+                steered = getattr(options, "schedule", "") or getattr(options, "ramp_until_slo", "")
+                if steered and (environment.shape_class is not None
+                                or (getattr(options, "headless", False) and getattr(options, "num_users", None) is None)):
+                    raise ValueError("--schedule and --ramp-until-slo steer the run themselves: give -u (the cap "
+                                     "on requests in flight) instead of --steps or several --request-rate values")
             except ValueError as err:
                 plugin.failures.fail_run(str(err))
         if getattr(environment, "web_ui", None) is not None:

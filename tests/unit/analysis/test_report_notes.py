@@ -45,3 +45,13 @@ def test_different_delivered_tokens_for_the_same_asked_load_get_a_note():
     same = pd.concat([summary_row(profile="a", mean_output_tokens=128.0, mean_prompt_tokens=512.0),
                       summary_row(profile="b", mean_output_tokens=127.5, mean_prompt_tokens=512.0)])
     assert delivered_token_notes(same) == []
+
+
+def test_absent_gpu_columns_and_speculation_are_explained_once():
+    from analysis.notes import energy_and_speculation_notes
+
+    (note,) = energy_and_speculation_notes(summary_row())
+    assert note.startswith("GPU power and energy: not measured") and "not zero" in note
+    assert energy_and_speculation_notes(summary_row(gpu_j_per_output_token=1.5)) == []
+    (note,) = energy_and_speculation_notes(summary_row(gpu_j_per_output_token=1.5, spec_acceptance_rate=0.5))
+    assert "dummy weights" in note and "per token" in note

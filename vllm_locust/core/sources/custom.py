@@ -37,10 +37,12 @@ class Custom(Source):
         for row in rows[: spec.pool]:
             output = spec.max_tokens if spec.max_tokens_set or row.output_tokens is None else row.output_tokens
             if spec.prompt_form == TEXT:
+                if row.images:
+                    raise DataFileError(f'{row.row}: "images" needs --endpoint chat')
                 prompt = Prompt(row.index, self.name, 0, text=row.text, max_tokens=output)
             else:
                 prompt = Prompt(row.index, self.name, 0, messages=row.messages or (("user", row.text),),
-                                max_tokens=output)
+                                max_tokens=output, images=row.images)
             prompts.append(replace(prompt, prompt_tokens=tags.count(prompt)))
         note = f"{len(prompts)} rows used, of {len(rows):,} in {path}"
         if len(rows) > spec.pool:

@@ -54,6 +54,39 @@ class CustomRow:
     text: str = ""
     messages: tuple[tuple[str, str], ...] = ()
     output_tokens: int | None = None
+    images: tuple[str, ...] = ()
+
+
+URL_PREFIXES = ("http://", "https://", "data:image/")
+MAX_IMAGES_PER_ROW = 64
+
+
+def row_images(row: str, value: object, field: str, data_path: str) -> tuple[str, ...]:
+    """A row's images (``field``: one string or a list of them): http(s) and data URLs as they are,
+    paths made absolute against the data file's folder; a missing or oversized file is one line
+    now (Pillow checks each is an image when the run builds its workload)."""
+    from ..images import MAX_IMAGE_BYTES
+
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or len(items) > MAX_IMAGES_PER_ROW \
+            or not all(isinstance(i, str) and i for i in items):
+        raise DataFileError(f'{row}: "{field}" must be a path or URL, or a list of 1 to {MAX_IMAGES_PER_ROW} of them')
+    out = []
+    for item in items:
+        if item.startswith(URL_PREFIXES):
+            out.append(item)
+            continue
+        path = item[len("file://"):] if item.startswith("file://") else item
+        path = os.path.join(os.path.dirname(os.path.abspath(data_path)), path)
+        if not os.path.isfile(path):
+            raise DataFileError(f'{row}: "{field}" {item}: no such file')
+        if os.path.getsize(path) > MAX_IMAGE_BYTES:
+            raise DataFileError(f'{row}: "{field}" {item}: {os.path.getsize(path):,} bytes, over the '
+                                f"{MAX_IMAGE_BYTES:,}-byte limit on an image")
+        out.append(path)
+    return tuple(out)
 
 
 def dataset_file(workload: str, path: str, what: str) -> str:
@@ -144,12 +177,21 @@ def _sharegpt(row: str, entry: object) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def read_sharegpt(path: str) -> list[tuple[tuple[str, str], ...]]:
+def read_sharegpt(path: str, images: dict | None = None) -> list[tuple[tuple[str, str], ...]]:
     """Each entry's conversation as (role, text) pairs, role "system", "user" or "assistant", in
     file order (a JSON list's index, or the row's count in JSONL: blank lines are no entries). An
     empty ``conversations`` list is kept as ``()`` (the sources drop it, as vLLM drops conversations
-    of fewer than two turns); a non-empty one without a human turn is an error."""
-    return [_sharegpt(row, entry) for row, _, entry in _entries(path)]
+    of fewer than two turns); a non-empty one without a human turn is an error. ``images``, when
+    given, gets each entry's images by its position: vLLM's ``"image"`` (one path or URL) or
+    ``"images"`` (a list), with its first human turn."""
+    out = []
+    for row, position, entry in _entries(path):
+        out.append(_sharegpt(row, entry))
+        if images is not None and isinstance(entry, dict):
+            for field in ("image", "images"):
+                if entry.get(field) is not None:
+                    images[position] = images.get(position, ()) + row_images(row, entry[field], field, path)
+    return out
 
 
 def _messages(row: str, value: object) -> tuple[tuple[str, str], ...]:
@@ -169,7 +211,7 @@ def _messages(row: str, value: object) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _custom(row: str, index: int, value: object) -> CustomRow:
+def _custom(row: str, index: int, value: object, path: str = "") -> CustomRow:
     if not isinstance(value, dict):
         raise DataFileError(f'{row}: must be an object with "prompt" or "messages"')
     if ("prompt" in value) == ("messages" in value):
@@ -182,17 +224,19 @@ def _custom(row: str, index: int, value: object) -> CustomRow:
     if output is not None and output > MAX_OUTPUT_TOKENS:
         raise DataFileError(f'{row}: "{lengths[0]}" {output:,} is more than the suite\'s ceiling of '
                             f'{MAX_OUTPUT_TOKENS:,} tokens a request')
+    images = row_images(row, value.get("images"), "images", path)
     if "prompt" in value:
         return CustomRow(index, row, text=_string(row, value["prompt"], "prompt", allow_empty=False),
-                         output_tokens=output)
-    return CustomRow(index, row, messages=_messages(row, value["messages"]), output_tokens=output)
+                         output_tokens=output, images=images)
+    return CustomRow(index, row, messages=_messages(row, value["messages"]), output_tokens=output, images=images)
 
 
 def read_custom(path: str) -> list[CustomRow]:
     """Each row of a JSONL file in vLLM's custom form ``{"prompt": str, "output_tokens": int}`` or
     OpenAI's ``{"messages": [{"role", "content"}...], "max_tokens": int}``; the length is optional,
-    blank lines are skipped. A JSON list of such rows is read too."""
-    rows = [_custom(row, index, value) for row, index, value in _entries(path)]
+    blank lines are skipped, and ``"images"`` (a list of paths or URLs) goes with the last user
+    message (chat only). A JSON list of such rows is read too."""
+    rows = [_custom(row, index, value, path) for row, index, value in _entries(path)]
     if not rows:
         raise DataFileError(f"{path}: no rows")
     return rows
@@ -236,11 +280,12 @@ class DatasetTags:
         return keep
 
 
-def sharegpt_in_seeded_order(workload: str, spec: "WorkloadSpec") -> tuple[str, list, list[int]]:
+def sharegpt_in_seeded_order(workload: str, spec: "WorkloadSpec", images: dict | None = None
+                             ) -> tuple[str, list, list[int]]:
     """The ShareGPT file of ``--workload``, its conversations, and the seeded order to visit them in
     (a source takes rows in this order until its pool is full)."""
     path = dataset_file(workload, spec.dataset_path, "ShareGPT JSON")
-    conversations = read_sharegpt(path)
+    conversations = read_sharegpt(path, images)
     order = list(range(len(conversations)))
     random.Random(spec.seed).shuffle(order)
     return path, conversations, order

@@ -60,10 +60,15 @@ class Prompt:
     blocks: tuple[int, ...] = ()
     block_words: int = 0
     block_table: object = field(default=None, compare=False, repr=False)
+    # Datasets with images: the row's images as it named them, a path (made absolute against the
+    # data file's folder), an http(s) URL or a data URL; the plugin sends each as an image_url part.
+    images: tuple[str, ...] = ()
 
     def __post_init__(self):
         if type(self.blocks) is not tuple:  # JSON (the prompt cache) gives a list back
             object.__setattr__(self, "blocks", tuple(self.blocks))
+        if type(self.images) is not tuple:
+            object.__setattr__(self, "images", tuple(self.images))
         if type(self.turn_tokens) is not tuple:  # the same for a conversation's turn costs
             object.__setattr__(self, "turn_tokens", tuple(self.turn_tokens))
 

@@ -42,7 +42,8 @@ class ShareGPT(Source):
     help = "first turns of a ShareGPT JSON file (--dataset-path), replies' lengths as output lengths"
 
     def build(self, spec: WorkloadSpec, counter: TokenCounter) -> Workload:
-        path, conversations, order = sharegpt_in_seeded_order(self.name, spec)
+        images: dict[int, tuple[str, ...]] = {}  # vLLM's "image" field (or "images"), by entry
+        path, conversations, order = sharegpt_in_seeded_order(self.name, spec, images)
         tags = DatasetTags(spec, counter)
         prompts: list[Prompt] = []
         short = long = no_reply = 0
@@ -70,6 +71,8 @@ class ShareGPT(Source):
                 long += 1
                 continue
             if spec.prompt_form == TEXT:
+                if images.get(index):
+                    raise DataFileError(f'{path} entry {index}: "image" needs --endpoint chat')
                 prompt = Prompt(index, self.name, prompt_len, text=user, prefix=(system + " " if system else ""),
                                 max_tokens=output)
                 if not tags.placeholder:  # sent as measured: no second count
@@ -77,7 +80,7 @@ class ShareGPT(Source):
                     continue
             else:
                 turns = ((("system", system),) if system else ()) + (("user", user),)
-                prompt = Prompt(index, self.name, 0, messages=turns, max_tokens=output)
+                prompt = Prompt(index, self.name, 0, messages=turns, max_tokens=output, images=images.get(index, ()))
             prompts.append(replace(prompt, prompt_tokens=tags.count(prompt)))
         dropped = f"{short} too short, {long} too long, {no_reply} without a reply, of {len(conversations):,}"
         if not prompts:

@@ -11,6 +11,11 @@ published again with its slice (else it would send nothing). While it waits the 
 workers it waits for, every ``SAY_EVERY_S``. A worker Locust marks missing (three seconds without a
 heartbeat: a busy machine's lateness as well as a lost worker) is still waited for, up to
 ``MISSING_GRACE_S``: going without it had left it without a slice of the schedule, sending nothing.
+While it waits the master keeps Locust from calling a worker missing that it heard from within
+``MISSING_GRACE_S`` (``locust_compat.keep_alive``): on CI's two cores beside vLLM both workers of a
+``--processes 2`` run were starved for four seconds while building, Locust called the last one
+missing and stopped the test, and the headless run, whose ``-t`` starts at go, never ended. A
+headless run stopped before go now ends, with the failure's exit code.
 
 A worker whose plugin attached after its master's spawn (a busy machine) builds before it has heard
 the run's state (its hello asks for it): it says built again whenever the run id it knows changes
@@ -28,6 +33,7 @@ import gevent.event
 from locust.runners import MasterRunner, WorkerRunner
 
 from ...backend.client import ServerCheckError
+from .. import locust_compat
 
 logger = logging.getLogger(__name__)
 BUILT_MESSAGE = "vllm_locust_built"  # worker -> master: {"run_id", "failed", "why"}
@@ -58,6 +64,7 @@ class BuildGate:
         self._missing_since: dict[str, float] = {}  # master: workers missing while building, since when
         self._run_id = None
         self._built_say: dict | None = None  # worker: what it said when built, while it waits for go
+        self.heard_at = locust_compat.heard_at  # master: when a worker last said anything (None: unknown)
 
     def register(self, events) -> None:
         runner = self.environment.runner
@@ -127,6 +134,7 @@ class BuildGate:
         if self.failures.failed:
             return
         self._active, self._run_id, self._began = True, self.run.state.run_id, time.monotonic()
+        self.clock.hold()  # a steps shape stays in its first warm-up until go
         if self._watch is None:
             self._watch = gevent.spawn(self._keep_watch)
 
@@ -157,11 +165,12 @@ class BuildGate:
         for client in self.environment.runner.clients.all:
             if client.id in self.built:
                 continue
-            if client.state == "missing":
-                since = self._missing_since.setdefault(client.id, now)
+            heard = self.heard_at(client.id)
+            if client.state == "missing" or (heard is not None and now - heard >= MISSING_GRACE_S):
+                since = self._missing_since.setdefault(client.id, now if heard is None else min(now, heard))
                 if now - since >= MISSING_GRACE_S:
                     if since > 0:
-                        logger.warning("worker %s has been missing for %.0f s while building its workload: the "
+                        logger.warning("worker %s has been silent for %.0f s while building its workload: the "
                                        "others go without it", client.id, now - since)
                         self._missing_since[client.id] = -1.0  # said; given up on
                     continue
@@ -190,6 +199,7 @@ class BuildGate:
         said = time.monotonic()
         while not self.went and not self.failures.failed:
             gevent.sleep(CHECK_EVERY_S)
+            self._keep_alive()
             self._maybe_go()  # a worker lost while building no longer holds the others back
             if not self.went and time.monotonic() - said >= SAY_EVERY_S:
                 said = time.monotonic()
@@ -198,10 +208,26 @@ class BuildGate:
                             len(waiting), ", ".join(waiting[:8]) + (" ..." if len(waiting) > 8 else ""))
         self._watch = None
 
+    def _keep_alive(self) -> None:
+        """Locust stops the test when its last worker is missing: a building worker heard from within
+        ``MISSING_GRACE_S`` is not called missing (its silence is a starved process's)."""
+        now = time.monotonic()
+        for client in self.environment.runner.clients.all:
+            heard = self.heard_at(client.id)
+            if client.id not in self.built and heard is not None and now - heard < MISSING_GRACE_S:
+                locust_compat.keep_alive(client)
+
     def on_test_stop(self, **_kwargs) -> None:
+        stopped_before_go = self._active and not self.went and not self.failures.failed
         self._open.set()  # nobody waits past the run
         self._built_say = None
         self._active = False
-        if self._watch is not None:
+        if self._watch is not None and self._watch is not gevent.getcurrent():
             self._watch.kill(block=False)
-            self._watch = None
+        self._watch = None
+        options = getattr(self.environment, "parsed_options", None)
+        if stopped_before_go and getattr(options, "headless", False):
+            # Its -t starts at go: nothing else would end it (Locust stops a run whose last worker is
+            # missing; the master's own failure says nothing was measured).
+            logger.error("the run stopped before every worker had built its workload: nothing was sent")
+            gevent.spawn(self.environment.runner.quit)

@@ -29,6 +29,7 @@ class RunState:
     step: int | None = None
     request_rate: float | None = None  # open loop: the step's rate (a ramp's starting rate)
     arrivals: dict | None = None  # open loop: the arrival schedule in force (``OpenLoop.segment``)
+    steer: dict | None = None  # the steered settings in force (``Steering``: cap, think times), None: as started
 
 
 def deciding(runner) -> bool:
@@ -114,9 +115,11 @@ class RunStateBroadcast:
         self._changed()
 
     def on_spawning_complete(self, user_count, **_kwargs) -> None:
-        # Without a shape, the concurrency of a sample is the user count the runner settled on.
+        # Without a shape, the concurrency of a sample is the user count the runner settled on (a
+        # steered cap on requests in flight below it: the cap).
         if self.environment.shape_class is None and self.deciding:
-            self.publish(concurrency=user_count)
+            cap = int((self.state.steer or {}).get("max_in_flight") or 0)
+            self.publish(concurrency=min(user_count, cap) if cap else user_count)
 
     def _changed(self) -> None:
         for callback in self._followers:

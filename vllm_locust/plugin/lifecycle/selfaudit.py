@@ -20,12 +20,14 @@ logger = logging.getLogger(__name__)
 class SelfAudit:
     """This process's ``ClientAudit`` (None on a master and between runs) and its lag verdict."""
 
-    def __init__(self, environment, worker_id: str, run, write: Callable[[ClientRow], None], failures=None):
+    def __init__(self, environment, worker_id: str, run, write: Callable[[ClientRow], None], failures=None,
+                 gauges=None):
         self.environment = environment
         self.worker_id = worker_id
         self.run = run
         self.write = write  # where the audit's rows go (the recorder's client file)
         self.failures = failures
+        self.gauges = gauges  # ``prometheus.LiveGauges``: the latest lag and CPU, the largest lateness (live)
         self.audit: ClientAudit | None = None
         self.measured_lag_ms: list[float] = []
 
@@ -58,7 +60,14 @@ class SelfAudit:
     def client_row(self, row: ClientRow) -> None:
         if row.metric == LOOP_LAG_MS and row.phase == MEASURED:
             self.measured_lag_ms.append(row.value)
+        if self.gauges is not None:
+            self.gauges.client_row(row.metric, row.value)
         self.write(row)
+
+    def request_done(self, record) -> None:
+        """A request's record: its send lateness and client queue time for the live gauges."""
+        if self.gauges is not None and record.intended_perf_s is not None:
+            self.gauges.request(record.lateness_ms, record.queue_ms)
 
     def chunk(self) -> None:
         """A content chunk arrived (``chunks_per_s``)."""

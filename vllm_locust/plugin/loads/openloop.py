@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import time
 
-from locust.runners import MasterRunner
+import gevent
+from locust.runners import STATE_RUNNING, MasterRunner, WorkerRunner
 
 from ...core.arrivals import Segment, cumulative_weights, parse_rates, persona_offsets
 from .. import locust_compat
@@ -60,6 +61,7 @@ class OpenLoop:
         self._unscheduled_said = False
         self._spawned = False  # this run's users are spawned (``spawning_complete``)
         self._userless_said: set[str] = set()
+        self._userless_later = None  # a worker's judgement deferred until its own spawn is done
         run.follow(self.follow)
 
     def register(self, events) -> None:
@@ -73,7 +75,8 @@ class OpenLoop:
         """Users take arrivals from the schedule (``--request-rate``, or a trace's own times) instead
         of sending back to back."""
         options = self.environment.parsed_options
-        return bool(str(getattr(options, "request_rate", "") or "").strip()) or is_trace(options)
+        return (bool(str(getattr(options, "request_rate", "") or "").strip()) or is_trace(options)
+                or self.run.state.arrivals is not None)  # a closed-loop run steered to a rate (``steering``)
 
     def claim(self, persona: str = "") -> Arrival | None:
         """Open loop: wait for this process's next arrival (of ``persona``'s share, with personas;
@@ -84,13 +87,18 @@ class OpenLoop:
 
     def segment(self, rate0: float, rate1: float, ramp_s: float = 0.0, key: int = 0) -> dict:
         """A schedule for the run state, starting now. On a master it names the workers that share
-        it, each with its slice, so the rate is the total over all of them."""
+        it, each with its slice, so the rate is the total over all of them. Burstiness and persona
+        weights are the steered ones in force (``steering``), else the options' and the file's."""
         options = self.environment.parsed_options
         epoch_s = time.time()
         Segment(epoch_s, rate0, rate1, ramp_s, key)  # refuses bad rates here, on the deciding side
+        steer = self.run.state.steer or {}
+        burstiness = steer.get("burstiness") or float(options.burstiness)
+        steered = steer.get("weights") or {}
+        weights = [float(steered.get(name, weight)) for name, weight in self.personas] if steered else None
         return dict(epoch_s=epoch_s, rate0=rate0, rate1=rate1, ramp_s=ramp_s, key=key,
-                    seed=int(options.seed), burstiness=float(options.burstiness), senders=self.senders(),
-                    personas=self.persona_senders())
+                    seed=int(options.seed), burstiness=float(burstiness), senders=self.senders(),
+                    personas=self.persona_senders(), spawned=self._spawned, weights=weights)
 
     def senders(self, with_users: bool = False) -> dict | None:
         """On a master, its workers that share a schedule, each with its slice's number (``with_users``:
@@ -154,10 +162,14 @@ class OpenLoop:
             self.pacer.set_segment(segment, seed, burstiness, index, count)
             return
         self.pacer.set_segment(None)
-        table = cumulative_weights([weight for _name, weight in self.personas])
+        weights = a.get("weights") or [weight for _name, weight in self.personas]
+        table = cumulative_weights(weights)
         groups = a.get("personas") or {}
         me = getattr(self.environment.runner, "client_id", None)
         for i, (name, _weight) in enumerate(self.personas):
+            if not weights[i] > 0:  # steered to weight 0: none of the arrivals are its
+                self.pacers[name].set_segment(None)
+                continue
             senders = groups.get(name)
             if senders is None:
                 mine = index, count  # one process, or every sender
@@ -202,8 +214,21 @@ class OpenLoop:
 
     def say_userless(self) -> None:
         """Once a run per persona: one that holds a share of this process's slice but no user here
-        (its arrivals here are never claimed, hence never sent)."""
+        (its arrivals here are never claimed, hence never sent). A worker judges only a schedule its
+        master sliced after its users were spawned (``spawned``): before that every worker holds a
+        share of every persona, and the master reslices once it knows who holds whose users (seen
+        on a busy machine: a worker spawned first and warned of a persona its master then moved),
+        and only once its own users are spawned: the master's ``spawning_complete`` can come first
+        (its wait for the workers' reports is a second; a worker busy building its workload had not
+        spawned yet, and warned of every persona: CI at 222dedb)."""
         runner = self.environment.runner
+        if isinstance(runner, WorkerRunner):
+            if not (self.run.state.arrivals or {}).get("spawned"):
+                return
+            if getattr(runner, "worker_state", STATE_RUNNING) != STATE_RUNNING:
+                if self._userless_later is None or self._userless_later.dead:
+                    self._userless_later = gevent.spawn_later(0.2, self._say_userless_later)
+                return
         counts = getattr(runner, "user_classes_count", None) or {}
         for name, _weight in self.personas:
             if (self.pacers[name].schedule is not None and not counts.get(name)
@@ -211,6 +236,10 @@ class OpenLoop:
                 self._userless_said.add(name)
                 logger.warning("persona %s has no users in this process: its share of the arrivals here is not "
                                "sent; give -u at least one user per persona", name)
+
+    def _say_userless_later(self) -> None:
+        self._userless_later = None
+        self.say_userless()
 
     def on_test_start(self, environment, **_kwargs) -> None:
         """Without the steps shape (web UI, -u/-r): one rate for the whole run, the users its cap."""
@@ -235,3 +264,6 @@ class OpenLoop:
     def on_test_stop(self, **_kwargs) -> None:
         self._set_all(None)
         self._spawned, self._userless_said = False, set()
+        if self._userless_later is not None:
+            self._userless_later.kill(block=False)
+            self._userless_later = None

@@ -7,7 +7,10 @@ could end before any request completed. For a local headless run without a shape
 the timer over: at ``init`` (before Locust reads the option) it keeps ``-t`` and leaves Locust none;
 at test start it gives the option back (records and pages show it) and arms its own timer once
 the workload is built (``Workload.on_test_start`` calls ``arm``; on a master, ``BuildGate`` once
-every worker has built). A shape's clock is reset instead (``LoadTestShape.reset_time``).
+every worker has built). A shape's clock is reset instead (``LoadTestShape.reset_time``), and held
+at its start while a master waits for its workers' builds (``hold``): a shape ticks on its own
+greenlet, and a build longer than the first warm-up had published the measured phase (or ended
+the steps) before the clock started over.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ class RunClock:
         self.limit_s: float | None = None
         self._timer: gevent.Greenlet | None = None
         self._deadline = 0.0  # time.monotonic() when -t is up, once armed
+        self.held = False  # a build is under way: a shape's clock stays at its start until ``arm``
+        self.armed_s: float | None = None  # unix seconds the run's time started (``arm``); None before
+        self.on_arm: list = []  # called at ``arm``, before the first request (a schedule's settings at 0)
         options = environment.parsed_options
         if (options is not None and getattr(options, "headless", False) and getattr(options, "run_time", None)
                 and isinstance(environment.runner, (LocalRunner, MasterRunner)) and environment.shape_class is None):
@@ -55,10 +61,19 @@ class RunClock:
         if self.limit_s is not None:
             environment.parsed_options.run_time = int(self.limit_s)  # the option as given, for records
 
+    def hold(self) -> None:
+        """The workers build: a shape's clock stays at its start until ``arm``."""
+        self.held = True
+
     def arm(self, built_s: float) -> None:
         """The workload is built: the run's time starts now (a shape's clock too)."""
+        was_held, self.held = self.held, False
+        if self.armed_s is None:
+            self.armed_s = time.time()
+            for listener in self.on_arm:
+                listener()
         shape = self.environment.shape_class
-        if shape is not None and built_s > 0:
+        if shape is not None and (built_s > 0 or was_held):
             shape.reset_time()
         if self.limit_s is None or self._timer is not None:
             return
@@ -79,6 +94,7 @@ class RunClock:
         self.environment.runner.quit()
 
     def on_test_stop(self, **_kwargs) -> None:
+        self.held, self.armed_s = False, None
         timer, self._timer = self._timer, None
         if timer is not None and timer is not gevent.getcurrent():
             timer.kill(block=False)

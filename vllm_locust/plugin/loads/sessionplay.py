@@ -34,9 +34,14 @@ def play_session(user, ctx: LoadContext, api: Endpoint, client) -> None:
         prompt = session.next_turn()
         if prompt is None:
             break
-        request = user.plan(ctx, api, prompt, prompt.render(""), user.labels(None), None)
-        result = StreamResult(text=[])
-        refused, wait_s, ok = user.pipeline.leg(request, client, user.wire, "", result)
+        gate = plugin.steering.gate  # a steered cap on requests in flight: the session waits with its history
+        gate.enter()
+        try:
+            request = user.plan(ctx, api, prompt, prompt.render(""), user.labels(None), None)
+            result = StreamResult(text=[])
+            refused, wait_s, ok = user.pipeline.leg(request, client, user.wire, "", result)
+        finally:
+            gate.leave()
         if ok:
             session.replied("".join(result.text), result.prompt_tokens, result.completion_tokens)
         else:
@@ -46,6 +51,7 @@ def play_session(user, ctx: LoadContext, api: Endpoint, client) -> None:
         user.back_off(refused)
         if not ok or session.done:
             break
+        session.think_time_s = plugin.steering.think_time(user.persona_name, session.think_time_s)
         think_s = session.think_s()
         if think_s > 0:
             gevent.sleep(think_s)

@@ -100,6 +100,10 @@ class ConcurrencySteps(LoadTestShape):
 
     def tick(self):
         environment = self.runner.environment
+        if VllmPlugin.of(environment).clock.held:
+            # The workers still build: the run's time has not started (``runclock``). Without this
+            # a build past the first warm-up published the measured phase, then started over.
+            LoadTestShape.reset_time(self)
         try:
             return self._tick(environment)
         except ValueError as err:  # a bad --steps or --request-rate: one line and exit 2, no traceback

@@ -50,6 +50,7 @@ class LoadRecorder:
             workload = {}
         runner = self.environment.runner
         run = self.run
+        steering = getattr(getattr(self.environment, "vllm_locust", None), "steering", None)
         return LoadRecord(
             run_id=run.state.run_id, host=self.environment.host or "", model=options.model or "",
             endpoint=options.endpoint, workload=workload, options=public, started_s=run.started_s or 0.0,
@@ -58,7 +59,8 @@ class LoadRecorder:
             markers=list(self.view.markers), workers=self.roster.as_list(), client_host=socket.gethostname(),
             cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
             personas=[p.as_dict() for p in getattr(getattr(self.environment, "vllm_locust", None), "personas", ())],
-            calibration=self.calibration.as_record() if self.calibration is not None else {})
+            calibration=self.calibration.as_record() if self.calibration is not None else {},
+            steering=list(steering.changes) if steering is not None else [])
 
     def write(self) -> None:
         directory = self.environment.parsed_options.samples_dir

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from ...core.outcome import Outcome, RequestFailure
 from ...core.record import RequestInfo, RequestRecord
-from ...core.schema import E2E, MEASURED, TOOL_ARGS, TOOL_CALL, TPOT, TTFA, TTFR
+from ...core.schema import E2E, ITL, MEASURED, TOOL_ARGS, TOOL_CALL, TPOT, TTFA, TTFR
+from ...core.slo import percentile
 
 # Stream events past the first token, fired once per request at its end: (metric, the record's
 # field, its field of tokens for ``response_length``). TOOL_ARGS only for a success: a stream
@@ -56,8 +57,9 @@ class RequestReport:
         self._listeners = listeners if log is not None else None
         self._log_failed = log_failed or _reraise
         self._measured = info.labels.phase == MEASURED
-        # The live charts' raw values (``client_window``): measured samples only, as Locust's stats.
-        self._window = window.add if window is not None and self._measured else None
+        # The live charts' raw values and the live SLO judgement's figures (``client_window``):
+        # measured samples only, as Locust's stats.
+        self._window = window if window is not None and self._measured else None
         self._event: dict | None = None if log is not None else self._event_fields()
 
     def _event_fields(self) -> dict:
@@ -108,7 +110,19 @@ class RequestReport:
                     self._measured_sample(TPOT, record.tpot_ms, tokens)
             elif outcome is not Outcome.INTERRUPTED:
                 self.failure(RequestFailure(record.failure))
+            if self._window is not None and outcome is not Outcome.INTERRUPTED:
+                self._window_request(record, outcome is Outcome.OK)
         self.close(record)
+
+    def _window_request(self, record: RequestRecord, ok: bool) -> None:
+        """The request's figures for a live SLO judgement (``ClientWindow.add_request``): TTFT and
+        E2E from the instant it was due (open loop), TPOT and its own p95 gap."""
+        late = record.lateness_ms or 0.0
+        gaps = sorted(value for metric, value, _end, _tokens in record.samples if metric == ITL)
+        self._window.add_request(self.info.persona, self.info.labels.step, ok,
+                                 None if record.ttft_ms is None else record.ttft_ms + late,
+                                 None if record.e2e_ms is None else record.e2e_ms + late, record.tpot_ms,
+                                 percentile(gaps, 95))
 
     def _stream_events(self, record: RequestRecord, ok: bool) -> None:
         """TTFR, TTFA, TOOL_CALL (whenever they happened, as TTFT) and TOOL_ARGS (a success's) to Locust."""
@@ -128,7 +142,7 @@ class RequestReport:
             self._fire(name=metric, response_time=value_ms, response_length=1 if tokens is None else tokens,
                        **(self._event or self._event_fields()))
         if self._window is not None:
-            self._window(metric, value_ms)
+            self._window.add(metric, value_ms, self.info.labels.step)
 
     def close(self, record: RequestRecord) -> None:
         """Write the request's sample rows and its request row."""

@@ -13,6 +13,9 @@ line (exit code ``WRITE_FAILED``, the line on its stdout) and the parent stops t
 exits when its parent dies, however it dies (``orphan``), and gets only absolute paths, so the
 user's cwd, not the child's, decides where a relative ``--samples-dir`` is.
 Options: ``--metrics-url`` (default: ``--host``), ``--metrics-interval`` (seconds; 0: off).
+The same child samples the GPUs (``gputelemetry``: NVML on this host, or ``--dcgm-url``) into
+``<samples-dir>/gpu.csv`` at each scrape, and the tab shows their power and utilization; without a
+GPU it says why in one line (``--gpu-telemetry``).
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import csv
-import io
 import json
 import os
 import shutil
@@ -34,11 +35,11 @@ import time
 from collections import deque
 from pathlib import Path
 
-from ...backend import scraper
-from ...core.hosts import normalize_host
+from ...backend import gputelemetry, scraper
+from ...core.hosts import is_loopback_url, normalize_host
 from ...backend.orphan import watch_parent
-from ...core.schema import METRICS_CSV, SERVER, VLLM
-from ...core.wholelines import AppendFile, describe
+from ...core.schema import GPU, GPU_CSV, METRICS_CSV, SERVER, VLLM
+from ...core.wholelines import describe
 
 HISTORY = 3600  # scrapes kept for the web UI (an hour at 1 s)
 STATUS_JSON, SERIES_CSV = "server-metrics.json", "server-metrics.csv"
@@ -53,7 +54,15 @@ RATES = {"preemptions_per_s": VLLM.preemptions, "prompt_tokens_per_s": "vllm:pro
          "generation_tokens_per_s": "vllm:generation_tokens_total"}
 # Histograms, shown as the mean of the observations between two scrapes (ms).
 MEANS = {"ttft_mean_ms": VLLM.ttft, "itl_mean_ms": VLLM.itl}
-FIELDS = ("t_s", *GAUGES, *RATES, "prefix_cache_hit_rate", *MEANS)
+FIELDS = ("t_s", *GAUGES, *RATES, "prefix_cache_hit_rate", *MEANS, "gpu_power_w", "gpu_util_pct")
+
+
+def gpu_figures(rows: list[dict]) -> dict:
+    """One GPU sample's figures for the tab: power summed over the GPUs (W), utilization averaged (%)."""
+    power = [float(r[SERVER.value]) for r in rows if r[SERVER.name] == GPU.power]
+    util = [float(r[SERVER.value]) for r in rows if r[SERVER.name] == GPU.utilization]
+    return {"gpu_power_w": round(sum(power), 1) if power else None,
+            "gpu_util_pct": round(sum(util) / len(util), 1) if util else None}
 
 
 def totals(rows: list[dict]) -> dict[str, float]:
@@ -86,6 +95,7 @@ def derive(now: dict, before: dict | None, t_s: float, dt_s: float) -> dict:
     for key, name in MEANS.items():
         total, count = _increase(now, before, name + "_sum"), _increase(now, before, name + "_count")
         row[key] = total / count * 1000.0 if total is not None and count else None
+    row["gpu_power_w"] = row["gpu_util_pct"] = None  # the GPU sample's, where there is one (``gpu_figures``)
     return row
 
 
@@ -121,31 +131,18 @@ class Scrapes:
                 "latest": {k: v for k, v in last.items() if k != "t_s"}, "history": list(self.history)[-points:]}
 
 
-def append_rows(path: str, rows: list[dict], fields) -> None:
-    """One scrape's rows, appended as one whole piece (with the header in a new file)."""
-    f = AppendFile(path)
-    try:
-        text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=tuple(fields))
-        if f.size == 0:
-            writer.writeheader()
-        writer.writerows(rows)
-        f.write(text.getvalue())
-    finally:
-        f.close()
-
-
 def write_failed_line(path: str, err: OSError) -> str:
     return f"samples: cannot write {path}: {describe(err)}; stopping the run (what was written is kept)"
 
 
 def scrape_forever(url: str, interval_s: float, out_dir: str, samples_dir: str | None, api_key: str = "",
-                   stop: threading.Event | None = None) -> str | None:
+                   stop: threading.Event | None = None, gpu=None) -> str | None:
     """The scraper process: every ``interval_s``, tidy rows to ``samples_dir/metrics.csv``, the
     derived row to ``out_dir/server-metrics.csv``, the status (JSON) to ``out_dir/server-metrics.json``.
-    Runs until ``stop``; returns the line that says why when ``metrics.csv`` cannot be written."""
+    With ``gpu`` (a ``gputelemetry`` source), its rows to ``samples_dir/gpu.csv`` at each scrape.
+    Runs until ``stop``; returns the line that says why when a file of the run cannot be written."""
     stop = stop or threading.Event()
-    scrapes, failed, quiet = Scrapes(url, api_key), False, False
+    scrapes, failed, quiet, gpu_failed = Scrapes(url, api_key), False, False, False
     status_path = os.path.join(out_dir, STATUS_JSON)
     next_at = time.time()
     while not stop.is_set():
@@ -163,12 +160,29 @@ def scrape_forever(url: str, interval_s: float, out_dir: str, samples_dir: str |
             if samples_dir:
                 path = os.path.join(samples_dir, METRICS_CSV)
                 try:
-                    append_rows(path, rows, SERVER)
+                    scraper.append_rows(path, rows, SERVER)
                 except OSError as err:
                     return write_failed_line(path, err)
+        if gpu is not None:
+            try:
+                gpu_rows = gpu.sample(time.time())
+            except Exception as err:  # noqa: BLE001 - an exporter down or a driver error: said once, the run goes on
+                gpu_rows = []
+                if not gpu_failed:
+                    gpu_failed = True
+                    print(f"live_metrics: cannot read the GPUs ({gpu.name}: {type(err).__name__}); "
+                          "no GPU figures until they answer", file=sys.stderr, flush=True)
+            if gpu_rows and samples_dir:
+                path = os.path.join(samples_dir, GPU_CSV)
+                try:
+                    scraper.append_rows(path, gpu_rows, SERVER)
+                except OSError as err:
+                    return write_failed_line(path, err)
+            if rows is not None and scrapes.history:
+                scrapes.history[-1].update(gpu_figures(gpu_rows))
         try:  # the web UI's copy (a temporary directory): without it the tab shows less, the run goes on
             if rows is not None:
-                append_rows(os.path.join(out_dir, SERIES_CSV), [scrapes.history[-1]], FIELDS)
+                scraper.append_rows(os.path.join(out_dir, SERIES_CSV), [scrapes.history[-1]], FIELDS)
             tmp = status_path + ".tmp"
             with open(tmp, "w") as f:
                 json.dump(scrapes.status(), f)
@@ -180,6 +194,13 @@ def scrape_forever(url: str, interval_s: float, out_dir: str, samples_dir: str |
                       flush=True)
         next_at += interval_s
         stop.wait(max(0.0, next_at - time.time()))
+    if gpu is not None and samples_dir:  # one more at the stop: the measured window ends after the last tick
+        try:
+            rows = gpu.sample(time.time())
+            if rows:
+                scraper.append_rows(os.path.join(samples_dir, GPU_CSV), rows, SERVER)
+        except Exception:  # noqa: BLE001 - the run is over; the windows before are counted as they are
+            pass
     return None
 
 
@@ -195,7 +216,8 @@ class LiveMetrics:
         self._proc: subprocess.Popen | None = None
         self.on_write_failure = on_write_failure  # gets the child's one line when metrics.csv cannot be written
 
-    def start(self, url: str, interval_s: float, samples_dir: str | None, api_key: str = "") -> None:
+    def start(self, url: str, interval_s: float, samples_dir: str | None, api_key: str = "",
+              gpu_telemetry: str = "auto", dcgm_url: str = "") -> None:
         self.stop()
         if self.dir is None:  # one per process, for the web UI's routes across runs; removed at exit
             self.dir = tempfile.mkdtemp(prefix="vllm-locust-metrics-")
@@ -211,7 +233,8 @@ class LiveMetrics:
             samples_dir = os.path.abspath(samples_dir)  # the user's cwd decides, not the child's
             os.makedirs(samples_dir, exist_ok=True)
         cmd = [sys.executable, "-m", "vllm_locust.plugin.webui.live_metrics", self.url, "--interval", f"{interval_s:g}",
-               "--out-dir", os.path.abspath(self.dir), *(["--samples-dir", samples_dir] if samples_dir else [])]
+               "--out-dir", os.path.abspath(self.dir), *(["--samples-dir", samples_dir] if samples_dir else []),
+               "--gpu-telemetry", gpu_telemetry, *(["--dcgm-url", dcgm_url] if dcgm_url else [])]
         env = dict(os.environ, VLLM_LOCUST_METRICS_KEY=api_key)  # never on a command line
         # stdin: a pipe the child reads to EOF, which comes when this process dies, however it dies.
         # stdout: the child's one line when it cannot write metrics.csv.
@@ -268,13 +291,18 @@ def main() -> None:
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--out-dir", required=True)
     p.add_argument("--samples-dir", default="")
+    p.add_argument("--gpu-telemetry", choices=gputelemetry.MODES, default="off")
+    p.add_argument("--dcgm-url", default="")
     a = p.parse_args()
+    gpu, why = gputelemetry.choose(a.gpu_telemetry, a.dcgm_url, server_is_local=is_loopback_url(a.url))
+    if why:
+        print(f"live_metrics: {why}", file=sys.stderr, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     watch_parent(stop, a.interval, pipe_fd=sys.stdin.fileno())  # exits with its parent
     try:
         line = scrape_forever(a.url, a.interval, a.out_dir, a.samples_dir or None,
-                              os.environ.get("VLLM_LOCUST_METRICS_KEY", ""), stop)
+                              os.environ.get("VLLM_LOCUST_METRICS_KEY", ""), stop, gpu)
     except KeyboardInterrupt:
         return
     if line:

@@ -15,11 +15,13 @@ import time
 import gevent
 from locust.runners import MasterRunner, WorkerRunner
 
-from ...core.client_window import ClientSeries, ClientWindow
+from ...core.client_window import ClientSeries, ClientWindow, RequestLedger
+from ...core.slo import parse_slo
 from .live_metrics import LiveMetrics
 
 logger = logging.getLogger(__name__)
 CLIENT_TICK_S = 2.0  # the web UI's client percentile history: one row per tick
+GOODPUT_WINDOW_S = 30.0  # the live goodput by persona: the last this many seconds
 
 
 class LiveView:
@@ -33,9 +35,16 @@ class LiveView:
         self.markers: list[dict] = []  # labelled instants of this run (web UI), in its load record
         self.client_series = ClientSeries()  # deciding process: the client's percentiles over time
         self._ticker: gevent.Greenlet | None = None
+        self.ledger = RequestLedger()  # deciding process: measured requests' figures (goodput, ``ramp``)
         worker = isinstance(environment.runner, WorkerRunner)
         local = not worker and not isinstance(environment.runner, MasterRunner)
-        self.window = ClientWindow() if worker or (local and self.has_web_ui) else None
+        self.window = ClientWindow() if worker or (local and (self.has_web_ui or self.judges)) else None
+
+    @property
+    def judges(self) -> bool:
+        """Headless, the raw values are taken only for a live judgement: a ramp, or live goodput."""
+        options = self.environment.parsed_options
+        return bool(getattr(options, "ramp_until_slo", "") or getattr(options, "slo", ""))
 
     @property
     def has_web_ui(self) -> bool:
@@ -54,7 +63,8 @@ class LiveView:
         self.start_ticker()
         self.live.start(getattr(options, "metrics_url", "") or environment.host or "",
                         float(getattr(options, "metrics_interval", 1.0) or 0), options.samples_dir or None,
-                        options.api_key)
+                        options.api_key, str(getattr(options, "gpu_telemetry", "auto") or "auto"),
+                        str(getattr(options, "dcgm_url", "") or ""))
 
     def stop(self, **_kwargs) -> None:
         self.live.stop()
@@ -68,26 +78,57 @@ class LiveView:
             self._ticker.kill(block=False)
             self._ticker = None
         self.client_series.clear()
-        if not self.has_web_ui:
+        self.ledger.clear()
+        if not (self.has_web_ui or self.judges):
             return
 
         def tick_forever() -> None:
             while True:
                 gevent.sleep(CLIENT_TICK_S)
                 if self.window is not None:  # a local run: its own values
-                    self.client_series.add(self.window.take())
+                    batch = self.window.take()
+                    self.client_series.add(batch)
+                    self.ledger.add(batch)
                 runner = self.environment.runner
                 self.client_series.tick(runner.user_count if runner is not None else 0)
 
         self._ticker = gevent.spawn(tick_forever)
+
+    def flush(self) -> None:
+        """A single process: its values since the last tick to the charts and the ledger now (a
+        knee search judging a window); a master hears its workers' with their reports."""
+        if self.window is not None and not isinstance(self.environment.runner, WorkerRunner):
+            batch = self.window.take()
+            self.client_series.add(batch)
+            self.ledger.add(batch)
 
     def window_values(self) -> dict | None:
         """Worker: the raw values since the last report, for the master's charts (None: none kept)."""
         return self.window.take() if self.window is not None else None
 
     def heard(self, values: dict) -> None:
-        """Master: one worker's raw values for the charts."""
+        """Master: one worker's raw values for the charts and the live judgements."""
         self.client_series.add(values)
+        self.ledger.add(values)
+
+    def goodput(self, personas=()) -> dict | None:
+        """The last ``GOODPUT_WINDOW_S`` seconds' goodput by persona against ``--slo`` (a persona's
+        own ``slo`` wins; ``""``: requests without a persona); None without any SLO."""
+        slos = {}
+        try:
+            base = parse_slo(getattr(self.environment.parsed_options, "slo", "") or "")
+            if base is not None:
+                slos[""] = base
+            for persona in personas:
+                if persona.slo:
+                    slos[persona.name] = parse_slo(persona.slo)
+        except ValueError:
+            return None
+        if not slos:
+            return None
+        by_persona = self.ledger.goodput(slos, GOODPUT_WINDOW_S)
+        return {"window_s": GOODPUT_WINDOW_S, "slo": {k or "all": str(v) for k, v in slos.items()},
+                "personas": by_persona}
 
     def add_marker(self, label: str, kind: str) -> dict | None:
         """A labelled instant of the run in progress (None when none is): drawn on the live charts,
