@@ -7,6 +7,9 @@
 #   bash benchmarks/gpu/knee.sh --pass OUT DEST
 #       runs the study in a background driver (once; it survives the device call), waits up to WAIT_S
 #       (540) for it, packs what exists into DEST; the same command in the next call waits and packs again.
+# Staging: benchmarks/gpu/install_split.sh in each call (.gpu-stage/v0, v1, v2, c1, c2 with d, then e:
+# the suite's wheels for Python 3.12 with pandas, tabulate and matplotlib, which the analysis needs there).
+# Results: docs/results/knee-h100.md.
 # Environment: SLO (ttft:1000,itl:60), START (4), TOLERANCE (0.15), WARMUP (5), WINDOW (15), WORKERS (4),
 # MAX_CONCURRENCY (512), PROMPT_TOKENS (1024), MAX_TOKENS (128); a dry run on vLLM's CPU build:
 # MODEL=models/tiny SERVED_MODEL_NAME=tiny PROFILE=baseline-cpu VLLM_PYTHON=.venv-vllm/bin/python
