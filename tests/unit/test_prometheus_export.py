@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+from locust.stats import RequestStats
+
 from vllm_locust.plugin.records import prometheus as prom
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +20,8 @@ VLLM_SERIES = {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_sec
 
 
 def entry(times: dict, total_ms: float):
-    return SimpleNamespace(response_times=times, num_requests=sum(times.values()), total_response_time=total_ms)
+    return SimpleNamespace(response_times=times, num_requests=sum(times.values()), total_response_time=total_ms,
+                           num_none_requests=0, num_failures=0)
 
 
 def test_a_locust_histogram_becomes_cumulative_buckets_in_seconds():
@@ -49,6 +52,28 @@ def test_the_collector_labels_endpoint_and_persona_and_counts_requests_by_outcom
     assert requests == {("ok", "alice"): 3.0, ("http_5xx", ""): 2.0}
     assert families["vllm_locust_users"].samples[0].value == 7.0
     assert families["vllm_locust_client_loop_lag_ms"].samples[0].labels == {"process": "w1"}
+
+
+def test_a_failed_request_is_counted_once_by_its_kind_and_is_no_latency():
+    """The suite reports a failure as an ``E2E`` with no time and Locust's error (``reporting.py``):
+    Locust's own statistics, as a run fills them."""
+    stats = RequestStats()
+    for ms in (40, 50, 60):
+        stats.log_request("chat:alice", "E2E", ms, 0)
+    for _ in range(2):
+        stats.log_request("chat:alice", "E2E", None, 0)
+        stats.log_error("chat:alice", "E2E", "HTTP 503")
+    environment = SimpleNamespace(stats=stats, runner=None,
+                                  vllm_locust_failure_kinds=SimpleNamespace(counts={"http_5xx": 2}))
+    families = collected(environment)
+    requests = {s.labels["outcome"]: s.value for s in families["vllm_locust_requests"].samples
+                if s.name.endswith("_total")}
+    assert requests == {"ok": 3.0, "http_5xx": 2.0}
+    e2e = {s.name: s.value for s in families["vllm_locust_e2e_request_latency_seconds"].samples
+           if s.labels.get("le") in (None, "+Inf")}
+    assert e2e == {"vllm_locust_e2e_request_latency_seconds_bucket": 3.0,
+                   "vllm_locust_e2e_request_latency_seconds_count": 3.0,
+                   "vllm_locust_e2e_request_latency_seconds_sum": 0.15}
 
 
 def test_live_gauges_keep_the_largest_lateness_until_taken():

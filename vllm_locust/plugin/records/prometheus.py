@@ -42,6 +42,7 @@ HISTOGRAMS = {TTFT: ("vllm_locust_time_to_first_token_seconds", "Time to the fir
               ITL: ("vllm_locust_inter_token_latency_seconds", "Each gap between consecutive content chunks"),
               E2E: ("vllm_locust_e2e_request_latency_seconds", "From the send to the last content token")}
 REPORT_KEY = "vllm_live_gauges"  # in a worker's stats report
+STALE_S = 10.0  # a worker's gauges not heard for this long (three reports) are not exported
 
 
 def split_type(request_type: str) -> tuple[str, str]:
@@ -59,7 +60,8 @@ def histogram_of(entry) -> tuple[list[tuple[str, float]], float]:
             seen += counts[i][1]
             i += 1
         buckets.append((repr(bound), float(seen)))
-    buckets.append(("+Inf", float(entry.num_requests)))
+    # a failed request's E2E is counted with no time (``response_time=None``): not an observation
+    buckets.append(("+Inf", float(entry.num_requests - entry.num_none_requests)))
     return buckets, entry.total_response_time / 1000.0
 
 
@@ -84,7 +86,8 @@ class ClientCollector(Collector):
             buckets, total = histogram_of(entry)
             family.add_metric([endpoint, persona], buckets, total)
             if name == E2E:
-                requests.add_metric([Outcome.OK.value, endpoint, persona], float(entry.num_requests))
+                # the failures are counted below, by kind
+                requests.add_metric([Outcome.OK.value, endpoint, persona], float(entry.num_requests - entry.num_failures))
         tally = FailureKinds.of(self.environment)
         for kind, count in sorted((tally.counts if tally is not None else {}).items()):
             requests.add_metric([str(kind), "", ""], float(count))
@@ -137,14 +140,13 @@ class PrometheusExporter:
         self.failures = failures
         self.worker_id = worker_id
         self.gauges = LiveGauges()  # this process's own
-        self.heard: dict[str, dict] = {}  # master: each worker's latest
+        self.heard: dict[str, tuple[float, dict]] = {}  # master: each worker's latest, and when
         self.server: WSGIServer | None = None
         self.scrapes = 0
         self._stopped_scrapes: int | None = None
 
     def register(self, events) -> None:
         events.report_to_master.add_listener(self.on_report_to_master)
-        events.worker_report.add_listener(self.on_worker_report)
         events.test_start.add_listener(self.on_test_start)
         events.test_stop.add_listener(self.on_test_stop)
         events.quitting.add_listener(self.on_quitting)
@@ -160,21 +162,26 @@ class PrometheusExporter:
     def on_report_to_master(self, client_id, data, **_kwargs) -> None:
         data[REPORT_KEY] = self.gauges.take()
 
-    def on_worker_report(self, client_id, data, **_kwargs) -> None:
-        values = data.get(REPORT_KEY) if isinstance(data, dict) else None
-        if isinstance(values, dict):
-            self.heard[str(client_id)[:200]] = {str(k)[:64]: float(v) for k, v in list(values.items())[:16]
-                                                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    def worker_gauges(self, worker: str, values: dict) -> None:
+        """Master: a worker's gauges from its report, once the report was checked as this run's
+        (``distribution.MasterSide``: registered, greeted, token)."""
+        self.heard[str(worker)[:200]] = (time.monotonic(), {
+            str(k)[:64]: float(v) for k, v in list(values.items())[:16]
+            if isinstance(v, (int, float)) and not isinstance(v, bool)})
 
     def per_process(self) -> dict:
+        """Each process's gauges: on a master its workers' heard within ``STALE_S`` (a worker that
+        left is no longer a live series), else this process's own."""
         if isinstance(self.environment.runner, WorkerRunner):
             return {}
         if self.heard:
-            return dict(self.heard)
+            now = time.monotonic()
+            return {worker: values for worker, (at, values) in self.heard.items() if now - at <= STALE_S}
         return {self.worker_id: self.gauges.take()}
 
     def on_test_start(self, **_kwargs) -> None:
         self._stopped_scrapes = None
+        self.heard.clear()  # a new run's workers
         if self.server is not None or not self.run.deciding or self.port <= 0 or self.failures.failed:
             return
         options = self.environment.parsed_options
