@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import time
 import warnings
 
 import pytest
@@ -23,6 +24,8 @@ from locust.runners import WorkerNode
 
 from vllm_locust.plugin.options import defaults
 from vllm_locust.plugin.distributed.outbox import REPORT_KEY as ROWS_KEY
+from vllm_locust.plugin.records import prometheus
+from vllm_locust.plugin.records.prometheus import REPORT_KEY as PROMETHEUS_GAUGES
 from vllm_locust.plugin.vllm_plugin import HELLO_MESSAGE, VllmPlugin
 from vllm_locust.core.schema import ClientRow, RequestRow, SampleRow, client_file, names_of, requests_file, samples_file
 
@@ -363,3 +366,26 @@ def test_rows_between_reports_need_the_token(tokened, tmp_path):
     assert written(tmp_path) == {}
     rows_message(plugin, node, {ROWS_KEY: {name(samples_file): text}, "vllm_locust_token": TOKEN})
     assert written(tmp_path) == {name(samples_file): text}
+
+
+def test_a_workers_prometheus_gauges_are_exported_only_from_a_checked_report(env, monkeypatch):
+    """``--prometheus-port``'s per-process gauges come in the workers' reports: a peer that is not
+    this run's worker exports nothing, and a worker that stopped reporting stops being a series."""
+    env_, plugin = env
+    exporter = plugin.prometheus
+
+    def gauges(value) -> dict:
+        return {"stats": [], "errors": {}, "user_classes_count": {}, PROMETHEUS_GAUGES: {"client_loop_lag_ms": value}}
+
+    plugin.master.on_worker_report(client_id="evil", data=gauges(999.0))
+    assert 999.0 not in [v for values in exporter.per_process().values() for v in values.values()]
+    node = worker(env_, plugin)
+    plugin.master.on_worker_report(client_id=node, data=gauges(1.5))
+    assert exporter.per_process() == {"host-1": {"client_loop_lag_ms": 1.5}}
+    now = time.monotonic()
+    monkeypatch.setattr(prometheus.time, "monotonic", lambda: now + prometheus.STALE_S + 1)
+    assert exporter.per_process() == {}, "not heard for three reports: gone"
+    monkeypatch.undo()
+    plugin.master.on_worker_report(client_id=node, data=gauges(2.0))
+    exporter.on_test_start()
+    assert exporter.heard == {}, "a new run starts with no worker's gauges"

@@ -60,6 +60,7 @@ from .lifecycle.runstate import RunStateBroadcast
 from .lifecycle.selfaudit import SelfAudit
 from .webui.webform import guard_swarm, hide_options
 from .distributed.workerbuild import BuildGate
+from .records.prometheus import REPORT_KEY as PROMETHEUS_GAUGES
 from .records.prometheus import PrometheusExporter
 from .spans.receiver import ServerSpans
 from .workload import Workload
@@ -107,7 +108,8 @@ class VllmPlugin:
         self.recording = Recording(environment, self.worker_id, self.run, self.failures)
         self.self_audit = SelfAudit(environment, self.worker_id, self.run, self.recording.client, self.failures,
                                     self.prometheus.gauges)
-        self.master = MasterSide(environment, self.run, self.view, self.failures, peers)
+        self.master = MasterSide(environment, self.run, self.view, self.failures, peers,
+                                 {PROMETHEUS_GAUGES: self.prometheus.worker_gauges})
         self.worker = WorkerSide(environment, self.worker_id, peers, self.recording, self.view)
         self.verdict = Verdict(environment, self.run)
         self.record = LoadRecorder(environment, self.run, self.view, self.master.roster, self.calibration)

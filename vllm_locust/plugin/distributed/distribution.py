@@ -44,12 +44,14 @@ DRAIN_TIMEOUT_S = 20.0
 class MasterSide:
     """A master's knowledge of its workers during a run."""
 
-    def __init__(self, environment, run, view, failures, peers):
+    def __init__(self, environment, run, view, failures, peers, report_parts=None):
         self.environment = environment
         self.run = run
         self.view = view
         self.failures = failures
         self.peers = peers  # --worker-token, out of the options
+        # other parts' own keys of a report, each handed (worker id, value) once the report is checked
+        self.report_parts: dict = dict(report_parts or {})
         self.roster = WorkerRoster()  # every worker that joined, and when it left
         self.flushed: set[str] = set()  # workers whose last stats arrived this run
         self._watch: gevent.Greenlet | None = None
@@ -97,13 +99,16 @@ class MasterSide:
     def on_worker_report(self, client_id, data, **_kwargs) -> None:
         """A report's live values and raw rows, heard only from this run's workers and written only
         into this run's files of the worker that sent them (``peers``, ``outbox``)."""
-        if isinstance(data, dict) and not data.get(REPORT_KEY) and not data.get(ROWS_KEY):
+        if isinstance(data, dict) and not any(data.get(key) for key in (REPORT_KEY, ROWS_KEY, *self.report_parts)):
             return  # Locust's own stats only
         worker = self.peers.reporter(self.environment.runner, self.roster, client_id, data)
         if worker is None:
             return
         if isinstance(data.get(REPORT_KEY), dict):
             self.view.heard(data[REPORT_KEY])
+        for key, heard in self.report_parts.items():
+            if isinstance(data.get(key), dict):
+                heard(worker, data[key])
         self.write_rows(client_id, worker, data.get(ROWS_KEY))
 
     def on_rows_message(self, msg, **_kwargs) -> None:
