@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 
+import gevent
 import pandas as pd
 import pytest
 
@@ -199,6 +200,44 @@ def test_a_collector_that_is_down_costs_the_forward_not_the_join(caplog):
     got.stop()
     assert len(sink) == 2 and got.counts.forward_failed == 2 and got.counts.forwarded == 0
     assert sum("cannot send spans there" in r.message for r in caplog.records) == 1
+
+
+def test_a_hung_collector_costs_the_batches_still_unsent_at_the_end_counted_as_dropped(monkeypatch):
+    """A collector that takes the connection and never answers: at the stop the forwarder is given
+    ``FORWARD_STOP_S``, then the batch it holds and those queued behind it are counted as dropped."""
+    import socket
+
+    monkeypatch.setattr(rx, "FORWARD_STOP_S", 0.5)
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)  # accepted by the kernel, never read nor answered
+    try:
+        got = rx.SpanReceiver("127.0.0.1", 0, Sink(), set(), True,
+                              forward_url=f"http://127.0.0.1:{hung.getsockname()[1]}/v1/traces")
+        for i in range(3):
+            assert got.handle(environ(encode([span(trace=f"{i:02d}" * 16)])))[0] == "200 OK"
+        gevent.sleep(0.1)  # the forwarder takes the first and waits on the collector
+        got.stop()
+    finally:
+        hung.close()
+    assert (got.counts.forwarded, got.counts.forward_failed, got.counts.forward_dropped) == (0, 0, 3)
+
+
+def test_a_receiver_that_cannot_listen_leaves_no_forwarder_behind():
+    from tests.conftest import free_port
+
+    taken = rx.SpanReceiver("127.0.0.1", 0, Sink(), set(), True)
+    taken.start()
+    try:
+        got = rx.SpanReceiver("127.0.0.1", taken.port, Sink(), set(), True,
+                              forward_url=f"http://127.0.0.1:{free_port()}/v1/traces")
+        with pytest.raises(OSError):
+            got.start()
+        forwarder = got._forwarder
+        got.stop_forwarding()
+        assert forwarder.dead and got._forwarder is None
+    finally:
+        taken.stop()
 
 
 def test_a_live_collector_gets_every_batch_as_received():

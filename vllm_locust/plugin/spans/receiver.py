@@ -44,6 +44,7 @@ PROTOBUF = "application/x-protobuf"
 QUIET_S = 1.0  # after the stop: the last batch is in once this long passes without another
 NOTHING_S = 2.0  # after the stop: no span ever arrived and none comes in this long: vLLM is not sending
 FORWARD_QUEUE = 256  # batches waiting for the user's collector; more are dropped (counted)
+FORWARD_STOP_S = 3.0  # at the end, how long the queued batches may take to reach the collector
 RECENT = 4096  # spans kept for the live breakdown
 LIVE_WINDOW_S = 60.0  # the web UI's breakdown: the spans received in the last minute
 LIVE_COMPONENTS = (("queue", "queue_ms"), ("prefill", "prefill_ms"), ("decode", "decode_ms"), ("server TTFT", "ttft_ms"),
@@ -95,6 +96,7 @@ class SpanReceiver:
         self.forward_url = forward_url
         self._forward: gevent.queue.Queue | None = gevent.queue.Queue(FORWARD_QUEUE) if forward_url else None
         self._forwarder = gevent.spawn(self._forward_loop) if forward_url else None
+        self._sending = False  # the forwarder holds a batch it has not sent yet
         self.server = WSGIServer((bind, port), self.app, log=None, error_log=None)
 
     def start(self) -> None:
@@ -103,11 +105,22 @@ class SpanReceiver:
 
     def stop(self) -> None:
         self.server.stop(timeout=1)
-        if self._forwarder is not None:
-            if not self._forward.full():
-                self._forward.put_nowait(None)  # the batches already queued go first
-            self._forwarder.join(timeout=3)
-            self._forwarder.kill(block=False)
+        self.stop_forwarding()
+
+    def stop_forwarding(self) -> None:
+        """The batches already queued go first, for up to ``FORWARD_STOP_S``; what is still unsent
+        then (a slow or hung collector) is counted as dropped."""
+        if self._forwarder is None:
+            return
+        if not self._forward.full():
+            self._forward.put_nowait(None)
+        self._forwarder.join(timeout=FORWARD_STOP_S)
+        self._forwarder.kill(block=True, timeout=1)
+        self._forwarder = None
+        unsent = int(self._sending)
+        while not self._forward.empty():
+            unsent += self._forward.get_nowait() is not None
+        self.counts.forward_dropped += unsent
 
     def _peer_allowed(self, address: str) -> bool:
         return _is_loopback(address) or (not self.loopback_only and address in self.peers)
@@ -172,6 +185,7 @@ class SpanReceiver:
             if item is None:
                 return
             raw, encoding = item
+            self._sending = True
             headers = {"Content-Type": PROTOBUF, **({"Content-Encoding": encoding} if encoding else {})}
             try:
                 with urllib.request.urlopen(urllib.request.Request(self.forward_url, data=raw, headers=headers,
@@ -184,6 +198,7 @@ class SpanReceiver:
                     said = True
                     logger.warning("--server-spans-forward %s: cannot send spans there (%s); the run's own join "
                                    "goes on, failures are counted", self.forward_url, err)
+            self._sending = False
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -301,6 +316,7 @@ class ServerSpans:
         try:
             receiver.start()
         except OSError as err:
+            receiver.stop_forwarding()  # its forwarder, not left waiting for ever
             self.failures.fail_run(f"--server-spans {self.port}: cannot listen on {bind}:{self.port} "
                                    f"({err.strerror or err})")
             return
