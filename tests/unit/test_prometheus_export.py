@@ -97,3 +97,30 @@ def test_the_dashboard_names_only_series_the_suite_or_vllm_exports():
     assert {strip.sub("", n) for n in ours} <= exported, ours
     assert {strip.sub("", n) for n in theirs} <= VLLM_SERIES, theirs
     assert any("vllm_locust_" in e for e in exprs) and any("vllm:" in e for e in exprs)
+
+
+def test_on_loopback_the_exporter_answers_only_a_request_that_names_loopback():
+    """A DNS-rebinding page (evil.example resolving to 127.0.0.1) reaches a loopback listener as its
+    own origin: its ``Host`` says so, and it is refused; Prometheus names the address it scrapes."""
+    from tests.conftest import free_port
+
+    options = SimpleNamespace(prometheus_port=free_port(), prometheus_bind="127.0.0.1", prometheus_linger=0)
+    environment = SimpleNamespace(parsed_options=options, stats=RequestStats(), runner=None)
+    exporter = prom.PrometheusExporter(environment, SimpleNamespace(deciding=True), SimpleNamespace(failed=False), "w1")
+    exporter.on_test_start()
+    try:
+        def get(host):
+            said = []
+            body = b"".join(exporter.server.application(
+                {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": "", "HTTP_HOST": host,
+                 "wsgi.input": None, "SERVER_NAME": "127.0.0.1", "SERVER_PORT": str(options.prometheus_port)},
+                lambda status, headers, exc_info=None: said.append(status)))
+            return said[0], body
+        status, body = get("evil.example:%d" % options.prometheus_port)
+        assert status.startswith("403") and b"vllm_locust" not in body
+        for host in ("127.0.0.1:%d" % options.prometheus_port, "localhost:%d" % options.prometheus_port):
+            status, body = get(host)
+            assert status.startswith("200") and b"vllm_locust_users" in body, host
+        assert exporter.scrapes == 2
+    finally:
+        exporter.on_quitting()

@@ -202,6 +202,21 @@ def test_a_collector_that_is_down_costs_the_forward_not_the_join(caplog):
     assert sum("cannot send spans there" in r.message for r in caplog.records) == 1
 
 
+@pytest.mark.parametrize("header, value", [("HTTP_ORIGIN", "http://evil.example"),
+                                           ("HTTP_HOST", "evil.example:4318"), ("HTTP_ORIGIN", "null")])
+def test_a_web_pages_post_is_refused_on_loopback(header, value):
+    """A browser page (a DNS-rebinding one reaches 127.0.0.1 as its own origin) sends an ``Origin``
+    and names its own host; vLLM's exporter sends neither: forged spans are not kept."""
+    sink = Sink()
+    got = rx.SpanReceiver("127.0.0.1", 0, sink, set(), True)
+    forged = environ(encode([span()]))
+    forged[header] = value
+    assert got.handle(forged)[0] == "403 Forbidden" and sink == [] and got.counts.refused_peers == 1
+    for host in ("127.0.0.1:4318", "localhost:4318", "[::1]:4318"):
+        assert got.handle({**environ(encode([span()])), "HTTP_HOST": host})[0] == "200 OK", host
+    assert len(sink) == 3
+
+
 def test_a_hung_collector_costs_the_batches_still_unsent_at_the_end_counted_as_dropped(monkeypatch):
     """A collector that takes the connection and never answers: at the stop the forwarder is given
     ``FORWARD_STOP_S``, then the batch it holds and those queued behind it are counted as dropped."""

@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 from ...core.outcome import Outcome
 from ...core.schema import CPU_PCT, E2E, ITL, LOOP_LAG_MS, TTFT
 from ..lifecycle.completion import FailureKinds
+from ..webui.websecurity import host_is_loopback, is_loopback
 
 logger = logging.getLogger(__name__)
 BOUNDS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -191,6 +192,9 @@ class PrometheusExporter:
         app = make_wsgi_app(registry)
 
         def counted(environ, start_response):
+            if is_loopback(bind) and not host_is_loopback(environ):
+                start_response("403 Forbidden", [("Content-Type", "text/plain")])
+                return [b"Host is not a loopback name: this endpoint listens on loopback only\n"]
             self.scrapes += 1
             return app(environ, start_response)
 

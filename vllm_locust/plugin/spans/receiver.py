@@ -34,6 +34,7 @@ from gevent.pywsgi import WSGIServer
 from ...backend.otlpspans import BadSpans, decode, response_body
 from ...core.schema import SPAN, server_spans_file
 from ..options import as_bool
+from ..webui.websecurity import host_is_loopback
 from .clientspans import ClientSpans
 
 logger = logging.getLogger(__name__)
@@ -136,6 +137,9 @@ class SpanReceiver:
         if not self._peer_allowed(environ.get("REMOTE_ADDR", "")):
             counts.refused_peers += 1
             return "403 Forbidden", b"spans are accepted from loopback and --host only\n"
+        if environ.get("HTTP_ORIGIN") is not None or (self.loopback_only and not host_is_loopback(environ)):
+            counts.refused_peers += 1  # a browser's page: OTLP exporters send no Origin, and name the bound host
+            return "403 Forbidden", b"spans are not accepted from a web page (an Origin, or a Host not loopback)\n"
         if environ.get("PATH_INFO") != PATH or environ.get("REQUEST_METHOD") != "POST":
             counts.wrong_route += 1
             return "404 Not Found", b"POST /v1/traces only\n"

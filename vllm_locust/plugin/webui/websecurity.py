@@ -62,6 +62,20 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_is_loopback(environ) -> bool:
+    """Whether the request's ``Host`` names loopback (or it has none: not a browser). A listener
+    bound to loopback refuses any other: a DNS-rebinding page (evil.example resolving to 127.0.0.1)
+    reaches it as its own origin."""
+    host = environ.get("HTTP_HOST")
+    if host is None:
+        return True
+    try:
+        name = urlsplit("//" + host.strip()).hostname or ""
+    except ValueError:
+        return False
+    return is_loopback(name)
+
+
 def source_of(environ) -> str | None:
     """The origin a browser names for the page that made the request: ``Origin``, else the
     ``Referer``'s scheme://host[:port]; None when the request has neither (a script)."""
