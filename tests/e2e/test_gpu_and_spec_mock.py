@@ -74,5 +74,12 @@ def test_the_comparison_gives_energy_per_token_an_interval(two_powers):
     energy = comparison[comparison["metric"] == "gpu_j_per_output_token"]
     assert len(energy) == 1
     row = energy.iloc[0]
-    assert row["change_pct"] == pytest.approx(-50, abs=6), "half the power for the same tokens"
+    # half the power: J/token halves for the same tokens/s; the two sweeps' tokens/s are the client's
+    # on this machine (beside other shards they differed), so the change is judged against them
+    tokens_per_s = pd.read_csv(two_powers / "summary.csv").set_index("profile")["output_tokens_per_s"]
+    # (CI at 2909bad: 432 against 387 tokens/s, -43.3% where -44.1% was expected; each J/token within
+    # 5% of power over tokens/s, as the summary test holds it, so the ratio of the two within 8%)
+    expected = 150.0 / 300.0 * tokens_per_s["baseline"] / tokens_per_s["frugal"]
+    assert 1 + row["change_pct"] / 100 == pytest.approx(expected, rel=0.08), (row["change_pct"], expected,
+                                                                              dict(tokens_per_s))
     assert row["ci_low_pct"] <= row["change_pct"] <= row["ci_high_pct"]
