@@ -39,8 +39,7 @@ bash launch/install_browser.sh
 bash launch/install_prometheus.sh
 export REQUIRE_INTEGRATION=1
 # The whole run: three pytest processes side by side, then the timing files alone
-# (tests/parallel.py; about 16 minutes on a clean clone here, setup included, against 28 in one
-# process). TEST_SHARDS=N: N side by side; TEST_SHARDS=1: one pytest process, in file order.
+# (tests/parallel.py; about 35 minutes on a clean clone here, setup included: docs/benchmark.md). TEST_SHARDS=N: N side by side; TEST_SHARDS=1: one pytest process, in file order.
 shards=${TEST_SHARDS:-3}
 if [[ $# -eq 0 && "$shards" != 1 ]]; then
   exec .venv/bin/python tests/parallel.py --shards "$shards"
