@@ -43,6 +43,14 @@ def browser(profile_dir: Path):
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
 
+def ui_up(base: str) -> bool:
+    """Whether Locust's web UI at ``base`` answers yet."""
+    try:
+        return http.get(base + "/stats/requests", timeout=2).ok
+    except http.ConnectionError:
+        return False
+
+
 def until(check, what: str, timeout_s: float = 90.0):
     """Poll until ``check()`` is truthy; fail naming ``what`` (states and counts, not timing). An
     element the page replaced while ``check`` read it (the charts redraw every second: CI met a stale
@@ -89,13 +97,7 @@ def test_the_vllm_server_tab_in_a_real_browser(tmp_path):
     base = f"http://127.0.0.1:{port}"
     driver = None
     try:
-        def ui_up():
-            try:
-                return http.get(base + "/stats/requests", timeout=2).ok
-            except http.ConnectionError:
-                return False
-
-        until(ui_up, "Locust's web UI")
+        until(lambda: ui_up(base), "Locust's web UI")
         until(lambda: http.get(base + "/stats/requests", timeout=5).json().get("worker_count") == 2, "two workers")
         driver = browser(tmp_path / "chromium-profile")
         driver.get(base)
@@ -190,13 +192,7 @@ def test_the_rate_steered_from_the_page_is_a_marker_and_a_new_phase(tmp_path):
     base = f"http://127.0.0.1:{port}"
     driver = None
     try:
-        def ui_up():
-            try:
-                return http.get(base + "/stats/requests", timeout=2).ok
-            except http.ConnectionError:
-                return False
-
-        until(ui_up, "Locust's web UI")
+        until(lambda: ui_up(base), "Locust's web UI")
         assert http.post(base + "/swarm", data={"user_count": 4, "spawn_rate": 4}, timeout=10).json()["success"]
         until(lambda: http.get(base + "/stats/requests", timeout=5).json()["state"] == "running", "the run to start")
         driver = browser(tmp_path / "chromium-profile")
